@@ -1,0 +1,57 @@
+# The two commands: `make demo` and `make test`. Everything runs offline.
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export PREFECT_HOME ?= $(CURDIR)/.prefect
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+export PREFECT_LOGGING_LEVEL ?= WARNING
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SF := $(VENV)/bin/skillflow
+DB ?= sqlite:///.skillflow/demo.db
+CORPUS ?=
+
+.PHONY: demo test lint install install-dev ui serve ui-check bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(SF) demo --db $(DB) $(if $(CORPUS),--corpus $(CORPUS),)
+
+test: install-dev
+	$(PY) -m pytest
+
+lint: install-dev
+	$(VENV)/bin/ruff check skillflow flows tasks tests
+	$(VENV)/bin/ruff format --check skillflow flows tasks tests
+	$(VENV)/bin/mypy
+
+ui: install
+	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200
+
+serve: install
+	PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
+
+ui-check: install-dev
+	$(PY) -m skillflow.uicheck
+
+bench: install
+	$(SF) bench all
+
+clean:
+	rm -rf .skillflow .prefect

@@ -1,0 +1,1 @@
+"""Command modules; each registers on :data:`skillflow.cli.app.app` when imported."""

@@ -1,0 +1,1 @@
+"""Storage on SQLAlchemy Core: schema, engines, migrations and set-based queries."""

@@ -1,0 +1,111 @@
+"""Numbered, recorded, idempotent migrations (``skillflow migrate``); the Oracle twins live in sql/oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, inspect, insert, select, text
+
+from skillflow.models import utcnow
+from skillflow.storage.schema import ROLES, build_metadata, schema_migrations
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[Connection], None]
+
+
+def _has_column(conn: Connection, table: str, column: str) -> bool:
+    return column in {c["name"] for c in inspect(conn).get_columns(table)}
+
+
+def _has_check(conn: Connection, table: str, name: str) -> bool:
+    try:
+        return name in {c.get("name") for c in inspect(conn).get_check_constraints(table)}
+    except NotImplementedError:  # pragma: no cover - every supported dialect implements it
+        return False
+
+
+def _m001(conn: Connection) -> None:
+    build_metadata(1).create_all(conn, checkfirst=True)
+
+
+def _add_column(conn: Connection, table: str, column: str, sqlite: str, postgresql: list[str], oracle: str) -> None:
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        if not _has_column(conn, table, column):
+            conn.execute(text(sqlite))
+        return
+    if dialect == "oracle":
+        if not _has_column(conn, table, column):
+            conn.execute(text(oracle))
+        return
+    if not _has_column(conn, table, column):
+        conn.execute(text(postgresql[0]))
+    for stmt, check_name in zip(postgresql[1:], (f"ck_{table}_{column}",), strict=False):
+        if not _has_check(conn, table, check_name):
+            conn.execute(text(stmt))
+
+
+_ROLE_CHECK = "CHECK (injection_role IN (" + ", ".join(f"'{r}'" for r in ROLES) + "))"
+
+
+def _m002(conn: Connection) -> None:
+    _add_column(
+        conn,
+        "skillbox",
+        "injection_role",
+        sqlite="ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL "
+        f"CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
+        postgresql=[
+            "ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL",
+            f"ALTER TABLE skillbox ADD CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
+        ],
+        oracle="ALTER TABLE skillbox ADD (injection_role VARCHAR2(20) DEFAULT 'user' NOT NULL "
+        f"CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK})",
+    )
+
+
+def _m003(conn: Connection) -> None:
+    _add_column(
+        conn,
+        "workflow_memory",
+        "shadow_evaluations",
+        sqlite="ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT CONSTRAINT "
+        "ck_workflow_memory_shadow_evaluations_json CHECK (shadow_evaluations IS NULL OR json_valid(shadow_evaluations))",
+        postgresql=["ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT"],
+        oracle="ALTER TABLE workflow_memory ADD (shadow_evaluations CLOB CONSTRAINT "
+        "ck_workflow_memory_shadow_evaluations_is_json CHECK (shadow_evaluations IS JSON))",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "001_init", _m001),
+    Migration(2, "002_add_skill_injection_role", _m002),
+    Migration(3, "003_add_shadow_evaluations", _m003),
+)
+
+
+def applied_versions(engine: Engine) -> set[int]:
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("schema_migrations"):
+            return set()
+        return {row[0] for row in conn.execute(select(schema_migrations.c.version))}
+
+
+def migrate(engine: Engine) -> list[str]:
+    """Apply pending migrations in order; each is re-runnable and recorded. Returns the names applied."""
+    done = applied_versions(engine)
+    applied: list[str] = []
+    for mig in MIGRATIONS:
+        if mig.version in done:
+            continue
+        with engine.begin() as conn:
+            schema_migrations.create(conn, checkfirst=True)
+            mig.apply(conn)
+            conn.execute(insert(schema_migrations).values(version=mig.version, name=mig.name, applied_at=utcnow()))
+        applied.append(mig.name)
+    return applied
