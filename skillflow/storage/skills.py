@@ -1,0 +1,335 @@
+"""Skill lifecycle primitives: insert a version, transition status with stamping, the event log.
+
+Stamping and un-stamping are single set-based UPDATEs in the caller's transaction, next to the status
+change, so a crash can never leave a half-stamped class. Transitions are idempotent: asking for the
+status a skill already has changes nothing and logs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, insert, select, update
+
+from skillflow.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
+from skillflow.storage.schema import skill_events, skillbox, workflow_memory
+
+RETIRED_STATUSES = (SkillStatus.DEMOTED, SkillStatus.DEPRECATED, SkillStatus.REJECTED)
+ALLOWED: dict[SkillStatus, set[SkillStatus]] = {
+    SkillStatus.CANDIDATE: {SkillStatus.SHADOW, SkillStatus.ACTIVE, SkillStatus.REJECTED, SkillStatus.DEPRECATED},
+    SkillStatus.SHADOW: {SkillStatus.ACTIVE, SkillStatus.REJECTED, SkillStatus.DEPRECATED},
+    SkillStatus.ACTIVE: {SkillStatus.DEMOTED, SkillStatus.DEPRECATED},
+    SkillStatus.DEMOTED: set(),
+    SkillStatus.DEPRECATED: set(),
+    SkillStatus.REJECTED: set(),
+}
+
+
+class SkillNotFound(LookupError):
+    pass
+
+
+class InvalidTransition(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SkillRecord:
+    id: str
+    agent_id: str
+    user_id: str
+    canonical_hash: str
+    version: int
+    name: str
+    description: str
+    status: str
+    injection_role: str
+    content: str
+    prompt_version: str
+    distiller: str
+    embedding_model: str | None
+    demotion_reason: str | None
+    preconditions: list[str] | None
+    tools: list[str] | None
+    trigger_queries: list[str] | None
+    source_workflow_ids: list[str] | None
+    baseline: dict[str, Any] | None
+    stats: dict[str, Any] | None
+    validation: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    activated_at: datetime | None
+    demoted_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SkillRecord:
+        return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+def live_key(agent_id: str, user_id: str, canonical_hash: str) -> str:
+    """One live (candidate/shadow/active) skill per class per tenant: a unique single column."""
+    return hashlib.sha256(f"{agent_id}\x1f{user_id}\x1f{canonical_hash}".encode()).hexdigest()
+
+
+def get_skill(conn: Connection, skill_id: str, agent_id: str | None = None, user_id: str | None = None) -> SkillRecord:
+    q = select(skillbox).where(skillbox.c.id == skill_id)
+    if agent_id is not None:
+        q = q.where(skillbox.c.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(skillbox.c.user_id == user_id)
+    row = conn.execute(q).mappings().first()
+    if row is None:
+        raise SkillNotFound(f"skill {skill_id} not found")
+    return SkillRecord.from_row(row)
+
+
+def list_skills(
+    conn: Connection,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    statuses: Iterable[SkillStatus | str] | None = None,
+    canonical_hash: str | None = None,
+) -> list[SkillRecord]:
+    q = select(skillbox)
+    if agent_id is not None:
+        q = q.where(skillbox.c.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(skillbox.c.user_id == user_id)
+    if statuses is not None:
+        q = q.where(skillbox.c.status.in_([str(s) for s in statuses]))
+    if canonical_hash is not None:
+        q = q.where(skillbox.c.canonical_hash == canonical_hash)
+    q = q.order_by(skillbox.c.agent_id, skillbox.c.user_id, skillbox.c.canonical_hash, skillbox.c.version)
+    return [SkillRecord.from_row(r) for r in conn.execute(q).mappings()]
+
+
+def live_skill_for_class(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> SkillRecord | None:
+    row = conn.execute(
+        select(skillbox).where(skillbox.c.live_key == live_key(agent_id, user_id, canonical_hash))
+    ).mappings().first()
+    return SkillRecord.from_row(row) if row else None
+
+
+def last_retired(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> SkillRecord | None:
+    """The newest demoted/deprecated/rejected version of a class (its reason feeds re-distillation)."""
+    row = conn.execute(
+        select(skillbox)
+        .where(
+            skillbox.c.agent_id == agent_id,
+            skillbox.c.user_id == user_id,
+            skillbox.c.canonical_hash == canonical_hash,
+            skillbox.c.status.in_([s.value for s in RETIRED_STATUSES]),
+        )
+        .order_by(skillbox.c.version.desc())
+        .limit(1)
+    ).mappings().first()
+    return SkillRecord.from_row(row) if row else None
+
+
+def next_version(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> int:
+    current = conn.execute(
+        select(func.max(skillbox.c.version)).where(
+            skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id, skillbox.c.canonical_hash == canonical_hash
+        )
+    ).scalar()
+    return int(current or 0) + 1
+
+
+def record_event(
+    conn: Connection,
+    skill: SkillRecord,
+    event: str,
+    *,
+    actor: str,
+    from_status: str | None = None,
+    to_status: str | None = None,
+    reason: str | None = None,
+    flow_run_id: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> str:
+    event_id = new_id()
+    conn.execute(
+        insert(skill_events).values(
+            id=event_id,
+            skill_id=skill.id,
+            agent_id=skill.agent_id,
+            user_id=skill.user_id,
+            event=event,
+            from_status=from_status,
+            to_status=to_status,
+            actor=actor,
+            reason=(reason or None) and reason[:1000],
+            flow_run_id=flow_run_id,
+            created_at=utcnow(),
+            details=dict(details) if details else None,
+        )
+    )
+    return event_id
+
+
+def stamp_class(conn: Connection, skill: SkillRecord) -> int:
+    """Stamp every run of the skill's class in its tenant (one set-based UPDATE)."""
+    result = conn.execute(
+        update(workflow_memory)
+        .where(
+            workflow_memory.c.agent_id == skill.agent_id,
+            workflow_memory.c.user_id == skill.user_id,
+            workflow_memory.c.canonical_hash == skill.canonical_hash,
+        )
+        .values(promoted_skill_id=skill.id)
+    )
+    return int(result.rowcount or 0)
+
+
+def unstamp(conn: Connection, skill: SkillRecord) -> int:
+    """Release the skill's runs back to workflow retrieval (one set-based UPDATE)."""
+    result = conn.execute(
+        update(workflow_memory)
+        .where(
+            workflow_memory.c.agent_id == skill.agent_id,
+            workflow_memory.c.user_id == skill.user_id,
+            workflow_memory.c.promoted_skill_id == skill.id,
+        )
+        .values(promoted_skill_id=None)
+    )
+    return int(result.rowcount or 0)
+
+
+def insert_skill(
+    conn: Connection,
+    *,
+    agent_id: str,
+    user_id: str,
+    canonical_hash: str,
+    name: str,
+    description: str,
+    content: str,
+    status: SkillStatus,
+    injection_role: InjectionRole = InjectionRole.USER,
+    version: int | None = None,
+    skill_id: str | None = None,
+    preconditions: list[str] | None = None,
+    tools: list[str] | None = None,
+    trigger_queries: list[str] | None = None,
+    source_workflow_ids: list[str] | None = None,
+    baseline: Mapping[str, Any] | None = None,
+    validation: Mapping[str, Any] | None = None,
+    prompt_version: str = "v1",
+    distiller: str = "offline",
+    embedding_model: str | None = None,
+    actor: str = "system",
+    flow_run_id: str | None = None,
+) -> SkillRecord:
+    """Insert a new skill version. A second live skill for the class violates ``uq_skillbox_live_key``.
+
+    An ACTIVE insert stamps the class in the same transaction.
+    """
+    if injection_role == InjectionRole.DEVELOPER and status == SkillStatus.ACTIVE:
+        raise InvalidTransition("developer authority needs shadow review and an explicit activation")
+    now = utcnow()
+    sid = skill_id or new_id()
+    live = status in LIVE_STATUSES
+    conn.execute(
+        insert(skillbox).values(
+            id=sid,
+            agent_id=agent_id,
+            user_id=user_id,
+            canonical_hash=canonical_hash,
+            version=version if version is not None else next_version(conn, agent_id, user_id, canonical_hash),
+            name=name,
+            description=description,
+            status=status.value,
+            live_key=live_key(agent_id, user_id, canonical_hash) if live else None,
+            content=content,
+            prompt_version=prompt_version,
+            distiller=distiller,
+            embedding_model=embedding_model,
+            preconditions=preconditions,
+            tools=tools,
+            trigger_queries=trigger_queries,
+            source_workflow_ids=source_workflow_ids,
+            baseline=dict(baseline) if baseline else None,
+            stats={},
+            validation=dict(validation) if validation else None,
+            injection_role=injection_role.value,
+            created_at=now,
+            updated_at=now,
+            activated_at=now if status == SkillStatus.ACTIVE else None,
+        )
+    )
+    skill = get_skill(conn, sid)
+    record_event(conn, skill, "created", actor=actor, to_status=status.value, flow_run_id=flow_run_id)
+    if status == SkillStatus.ACTIVE:
+        stamp_class(conn, skill)
+    return skill
+
+
+def transition(
+    conn: Connection,
+    skill_id: str,
+    to_status: SkillStatus,
+    *,
+    actor: str,
+    reason: str | None = None,
+    flow_run_id: str | None = None,
+    injection_role: InjectionRole | None = None,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+) -> SkillRecord:
+    """Move a skill to ``to_status`` with its stamping consequence and an event, in the caller's transaction.
+
+    Entering ACTIVE stamps the class; leaving ACTIVE releases the stamps. Re-asking for the current
+    status is a no-op (idempotent retries).
+    """
+    skill = get_skill(conn, skill_id, agent_id, user_id)
+    current = SkillStatus(skill.status)
+    if current == to_status and (injection_role is None or injection_role.value == skill.injection_role):
+        return skill
+    if to_status not in ALLOWED[current]:
+        raise InvalidTransition(f"cannot move a {current.value} skill to {to_status.value}")
+    now = utcnow()
+    values: dict[str, Any] = {
+        "status": to_status.value,
+        "updated_at": now,
+        "live_key": live_key(skill.agent_id, skill.user_id, skill.canonical_hash) if to_status in LIVE_STATUSES else None,
+    }
+    if injection_role is not None:
+        values["injection_role"] = injection_role.value
+    if to_status == SkillStatus.ACTIVE:
+        values["activated_at"] = now
+    if to_status in RETIRED_STATUSES:
+        values["demoted_at"] = now
+        values["demotion_reason"] = reason
+    conn.execute(update(skillbox).where(skillbox.c.id == skill.id).values(**values))
+    updated = get_skill(conn, skill.id)
+    changed = 0
+    if to_status == SkillStatus.ACTIVE:
+        changed = stamp_class(conn, updated)
+    elif current == SkillStatus.ACTIVE:
+        changed = unstamp(conn, updated)
+    record_event(
+        conn,
+        updated,
+        to_status.value if to_status != SkillStatus.ACTIVE else "activated",
+        actor=actor,
+        from_status=current.value,
+        to_status=to_status.value,
+        reason=reason,
+        flow_run_id=flow_run_id,
+        details={"stamped" if to_status == SkillStatus.ACTIVE else "unstamped": changed, "role": updated.injection_role},
+    )
+    return updated
+
+
+def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> None:
+    """Merge ``patch`` into ``skillbox.stats`` (derived figures; recomputed by the flows)."""
+    current = conn.execute(select(skillbox.c.stats).where(skillbox.c.id == skill_id)).scalar() or {}
+    conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}, updated_at=utcnow()))
+
+
+def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:
+    return and_(table.c.agent_id == agent_id, table.c.user_id == user_id)
