@@ -1,0 +1,51 @@
+"""``skillflow config``: the effective, validated settings (TOML + environment)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from skillflow.cli.app import JsonOption, app, console, print_json
+from skillflow.config import PromotionConfig, Settings, load_promotion_config, load_schedules
+
+
+def settings_markdown() -> str:
+    """The settings tables of the README, generated from the models (a test keeps them in step)."""
+    lines = ["| Key | Default | Meaning |", "|---|---|---|"]
+    for name, field in PromotionConfig.model_fields.items():
+        lines.append(f"| `{name}` | `{field.default!r}` | {field.description} |")
+    lines += ["", "| Environment variable | Default | Meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "unset" if field.default is None else f"`{field.default}`"
+        lines.append(f"| `SKILLFLOW_{name.upper()}` | {default} | {field.description} |")
+    return "\n".join(lines)
+
+
+@app.command("config")
+def config_command(as_json: JsonOption = False, markdown: bool = False) -> None:
+    """Print the effective promotion config and schedules (validated; a typo in the TOML is an error)."""
+    if markdown:
+        print(settings_markdown())
+        return
+    cfg = load_promotion_config()
+    schedules = load_schedules()
+    settings = Settings()
+    if as_json:
+        print_json(
+            {
+                "promotion": cfg.model_dump(mode="json"),
+                "schedules": schedules,
+                "database_url": settings.database_url,
+                "embedder": settings.embedder,
+                "distiller": settings.distiller,
+                "judge": settings.judge,
+            }
+        )
+        return
+    table = Table("key", "value", title="promotion config")
+    for key, value in cfg.model_dump().items():
+        table.add_row(key, repr(value))
+    console.print(table)
+    sched = Table("flow", "cron", title="schedules")
+    for flow, cron in schedules.items():
+        sched.add_row(flow, cron or "manual only")
+    console.print(sched)
