@@ -1,0 +1,1 @@
+"""The three-arm evaluation harness: do learned skills help?"""
