@@ -1,0 +1,309 @@
+"""Skill applicability vectors and tenant-scoped, lifecycle-filtered skill search.
+
+A skill's applicability is several vectors — one for name + description + preconditions and one per
+sampled trigger query, never the procedure or tools — and its score is the maximum cosine similarity
+over them (REFERENCE §10). Lifecycle, agent and user filters are applied before top-k on every backend:
+SQLite/PostgreSQL select only the tenant's vectors of that model for skills in that status and rank them
+exactly with numpy; Oracle ranks in SQL with ``VECTOR_DISTANCE … FETCH FIRST``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, delete, func, insert, select, text, update
+
+from skillflow.embeddings import Embedder
+from skillflow.models import SkillStatus, utcnow
+from skillflow.storage.schema import skill_vectors, skillbox
+from skillflow.storage.skills import SkillRecord
+
+PROFILE = "profile"
+TRIGGER = "trigger"
+
+# Inline fallback for REFERENCE §7 until ``sql/oracle/queries/search_skills.sql`` exists.
+ORACLE_SEARCH_SQL = """
+select sv.skill_id as skill_id,
+       max(1 - vector_distance(sv.embedding, :query_vec, cosine)) as score
+from skill_vectors sv
+join skillbox sb on sb.id = sv.skill_id
+where sv.agent_id = :agent_id
+  and sv.user_id = :user_id
+  and sv.model_id = :model_id
+  and sb.agent_id = :agent_id
+  and sb.user_id = :user_id
+  and sb.status = :status
+group by sv.skill_id
+having max(1 - vector_distance(sv.embedding, :query_vec, cosine)) >= :min_score
+order by score desc
+fetch first :k rows only
+"""
+
+
+@dataclass(frozen=True)
+class ScoredSkill:
+    """A retrieved skill with its match score (max similarity over its applicability vectors)."""
+
+    skill_id: str
+    name: str
+    version: int
+    score: float
+    injection_role: str
+    status: str
+    content: str
+    canonical_hash: str
+    source_workflow_ids: tuple[str, ...]
+    description: str
+
+
+def applicability_texts(
+    name: str,
+    description: str,
+    preconditions: Sequence[str] | None,
+    trigger_queries: Sequence[str] | None,
+    max_triggers: int = 8,
+) -> list[tuple[str, str]]:
+    """``[("profile", name + description + preconditions), ("trigger", q) …]`` — never procedure or tools."""
+    readable = name.replace("-", " ").replace("_", " ").strip()
+    parts = [p for p in (readable, description.strip()) if p]
+    pre = [p.strip() for p in (preconditions or []) if p and p.strip()]
+    if pre:
+        parts.append("Preconditions: " + "; ".join(pre))
+    out: list[tuple[str, str]] = [(PROFILE, ". ".join(parts))]
+    seen: set[str] = set()
+    for query in trigger_queries or []:
+        q = " ".join(str(query).split())
+        if q and q.lower() not in seen:
+            seen.add(q.lower())
+            out.append((TRIGGER, q))
+        if len(out) > max_triggers:
+            break
+    return out
+
+
+def write_skill_vectors(conn: Connection, skill: SkillRecord, embedder: Embedder, max_triggers: int = 8) -> int:
+    """Replace the skill's applicability vectors (delete + insert: idempotent); returns the row count."""
+    texts = applicability_texts(skill.name, skill.description, skill.preconditions, skill.trigger_queries, max_triggers)
+    matrix = embedder.embed([t for _, t in texts])
+    conn.execute(delete(skill_vectors).where(skill_vectors.c.skill_id == skill.id))
+    rows = [
+        {
+            "skill_id": skill.id,
+            "ordinal": i,
+            "agent_id": skill.agent_id,
+            "user_id": skill.user_id,
+            "kind": kind,
+            "model_id": embedder.model_id,
+            "embedding": matrix[i],
+        }
+        for i, (kind, _) in enumerate(texts)
+    ]
+    if rows:
+        conn.execute(insert(skill_vectors), rows)
+    # updated_at is part of the tenant cache's version stamp: new vectors invalidate it.
+    conn.execute(
+        update(skillbox).where(skillbox.c.id == skill.id).values(embedding_model=embedder.model_id, updated_at=utcnow())
+    )
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    stamp: tuple[Any, ...]
+    skill_ids: np.ndarray  # one entry per skill, aligned with ``starts``
+    starts: np.ndarray  # first row of each skill in ``vectors`` (rows grouped by skill)
+    vectors: np.ndarray  # float32 (n_vectors, dim)
+
+
+class _TenantCache:
+    """In-process cache of a tenant's vector matrix keyed by (db, tenant, model, status) + version stamp.
+
+    Only candidate ranking uses it; the final rows are always re-read with the tenant and lifecycle
+    filters, so a stale entry can at worst miss a skill, never surface a foreign or non-live one.
+    """
+
+    def __init__(self, max_entries: int = 64) -> None:
+        # Keyed by the engine object (not its URL: two in-memory SQLite engines share a URL).
+        self._data: weakref.WeakKeyDictionary[Engine, dict[tuple[str, ...], _Matrix]] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+        self._max = max_entries
+
+    def get(self, engine: Engine, key: tuple[str, ...], stamp: tuple[Any, ...]) -> _Matrix | None:
+        with self._lock:
+            hit = self._data.get(engine, {}).get(key)
+        return hit if hit is not None and hit.stamp == stamp else None
+
+    def put(self, engine: Engine, key: tuple[str, ...], value: _Matrix) -> None:
+        with self._lock:
+            entries = self._data.setdefault(engine, {})
+            if key not in entries and len(entries) >= self._max:
+                entries.pop(next(iter(entries)))
+            entries[key] = value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+CACHE = _TenantCache()
+
+
+def _stamp(conn: Connection, agent_id: str, user_id: str, status: str) -> tuple[Any, ...]:
+    row = conn.execute(
+        select(func.count(), func.max(skillbox.c.updated_at)).where(
+            skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id, skillbox.c.status == status
+        )
+    ).one()
+    return (int(row[0]), row[1])
+
+
+def _load_matrix(
+    conn: Connection, agent_id: str, user_id: str, model_id: str, status: str, stamp: tuple[Any, ...]
+) -> _Matrix:
+    rows = conn.execute(
+        select(skill_vectors.c.skill_id, skill_vectors.c.embedding)
+        .join(skillbox, skillbox.c.id == skill_vectors.c.skill_id)
+        .where(
+            skill_vectors.c.agent_id == agent_id,
+            skill_vectors.c.user_id == user_id,
+            skill_vectors.c.model_id == model_id,
+            skillbox.c.agent_id == agent_id,
+            skillbox.c.user_id == user_id,
+            skillbox.c.status == status,
+        )
+        .order_by(skill_vectors.c.skill_id, skill_vectors.c.ordinal)
+    ).all()
+    if not rows:
+        return _Matrix(stamp, np.empty(0, dtype=object), np.empty(0, dtype=np.int64), np.zeros((0, 0), np.float32))
+    ids = [r[0] for r in rows]
+    dims = {len(r[1]) for r in rows}
+    if len(dims) != 1:
+        raise ValueError(f"skill vectors of model {model_id!r} have mixed dimensions")
+    vectors = np.ascontiguousarray(np.vstack([r[1] for r in rows]), dtype=np.float32)
+    starts = [i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]]
+    return _Matrix(stamp, np.asarray([ids[i] for i in starts], dtype=object), np.asarray(starts, np.int64), vectors)
+
+
+def _rank_numpy(
+    conn: Connection,
+    query_vec: np.ndarray,
+    model_id: str,
+    agent_id: str,
+    user_id: str,
+    status: str,
+    k: int,
+    min_score: float,
+) -> list[tuple[str, float]]:
+    stamp = _stamp(conn, agent_id, user_id, status)
+    key = (agent_id, user_id, model_id, status)
+    matrix = CACHE.get(conn.engine, key, stamp)
+    if matrix is None:
+        matrix = _load_matrix(conn, agent_id, user_id, model_id, status, stamp)
+        CACHE.put(conn.engine, key, matrix)
+    if matrix.vectors.shape[0] == 0:
+        return []
+    q = np.asarray(query_vec, dtype=np.float32).ravel()
+    if q.shape[0] != matrix.vectors.shape[1]:
+        raise ValueError(f"query vector has dimension {q.shape[0]}, skill vectors {matrix.vectors.shape[1]}")
+    per_skill = np.maximum.reduceat(matrix.vectors @ q, matrix.starts)
+    keep = np.flatnonzero(per_skill >= min_score)
+    if keep.size == 0:
+        return []
+    order = keep[np.argsort(-per_skill[keep], kind="stable")][:k]
+    return [(str(matrix.skill_ids[i]), float(per_skill[i])) for i in order]
+
+
+def _rank_oracle(
+    conn: Connection,
+    query_vec: np.ndarray,
+    model_id: str,
+    agent_id: str,
+    user_id: str,
+    status: str,
+    k: int,
+    min_score: float,
+) -> list[tuple[str, float]]:
+    try:
+        from skillflow.oracle_sql import load_query  # type: ignore[import-not-found,unused-ignore]  # written by the Oracle helper
+
+        sql = load_query("search_skills")
+    except (ImportError, FileNotFoundError):
+        sql = ORACLE_SEARCH_SQL
+    import array
+
+    params = {
+        "query_vec": array.array("f", np.asarray(query_vec, dtype=np.float32).ravel().tolist()),
+        "agent_id": agent_id,
+        "user_id": user_id,
+        "model_id": model_id,
+        "status": status,
+        "min_score": min_score,
+        "k": k,
+    }
+    return [(str(r[0]), float(r[1])) for r in conn.execute(text(sql), params)]
+
+
+def search_skills(
+    conn: Connection,
+    query_vec: np.ndarray,
+    model_id: str,
+    agent_id: str,
+    user_id: str,
+    status: SkillStatus | str = SkillStatus.ACTIVE,
+    k: int = 2,
+    min_score: float = 0.70,
+) -> list[ScoredSkill]:
+    """Top-``k`` skills of exactly (agent_id, user_id) in ``status`` scoring ≥ ``min_score``, best first."""
+    if k <= 0:
+        return []
+    status = str(status.value if isinstance(status, SkillStatus) else status)
+    rank = _rank_oracle if conn.dialect.name == "oracle" else _rank_numpy
+    ranked = rank(conn, query_vec, model_id, agent_id, user_id, status, k, min_score)
+    if not ranked:
+        return []
+    rows = {
+        r["id"]: r
+        for r in conn.execute(
+            select(
+                skillbox.c.id,
+                skillbox.c.name,
+                skillbox.c.version,
+                skillbox.c.injection_role,
+                skillbox.c.status,
+                skillbox.c.content,
+                skillbox.c.canonical_hash,
+                skillbox.c.source_workflow_ids,
+                skillbox.c.description,
+            ).where(
+                skillbox.c.id.in_([sid for sid, _ in ranked]),
+                skillbox.c.agent_id == agent_id,
+                skillbox.c.user_id == user_id,
+                skillbox.c.status == status,
+            )
+        ).mappings()
+    }
+    out: list[ScoredSkill] = []
+    for sid, score in ranked:
+        row = rows.get(sid)
+        if row is None:  # changed status since the cached matrix was built
+            continue
+        out.append(
+            ScoredSkill(
+                skill_id=sid,
+                name=row["name"],
+                version=int(row["version"]),
+                score=round(score, 6),
+                injection_role=row["injection_role"],
+                status=row["status"],
+                content=row["content"],
+                canonical_hash=row["canonical_hash"],
+                source_workflow_ids=tuple(row["source_workflow_ids"] or ()),
+                description=row["description"],
+            )
+        )
+    return out
