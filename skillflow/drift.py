@@ -1,0 +1,236 @@
+"""Active-skill monitoring: figures from ``skill_activations`` and the seed's demotion rule (REFERENCE §4).
+
+``skill_activations`` is the normalized index of ``workflow_memory.skills_activated``, written in each
+run's own transaction and holding ACTIVE ids only, so SHADOW ids can never count and concurrent writers
+never lose an update. Figures are recomputed, never incremented: counts use the
+``(skill_id, created_at)`` index restricted to the skill's current active life, and the rolling window is
+``ORDER BY created_at DESC LIMIT w`` — the cost follows the skill's own activations, not the history of
+the workflow table.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection, Engine, case, func, select
+
+from skillflow.config import PromotionConfig
+from skillflow.models import SkillStatus, utcnow
+from skillflow.storage.schema import skill_activations, skillbox
+from skillflow.storage.skills import SkillRecord, get_skill, transition, update_stats
+
+log = logging.getLogger("skillflow.drift")
+
+KNOWN = ("success", "failure")
+
+
+@dataclass(frozen=True)
+class ActiveFigures:
+    """What ``skill.stats["active"]`` shows."""
+
+    activations: int
+    successes: int
+    failures: int
+    unknown: int
+    deviations: int
+    window: int
+    window_successes: int
+    rolling_success_rate: float | None
+    since: str | None
+
+    def as_stats(self, baseline: float | None, flagged: bool, checked_at: datetime) -> dict[str, Any]:
+        out = asdict(self)
+        out["baseline_success_rate"] = baseline
+        out["deviation_rate"] = round(self.deviations / self.activations, 6) if self.activations else 0.0
+        out["deviation_flag"] = flagged
+        out["checked_at"] = checked_at.isoformat()
+        return out
+
+
+@dataclass(frozen=True)
+class DriftDecision:
+    demote: bool
+    reason: str | None
+    deviation_flag: bool
+    grace: bool
+
+
+def active_figures(conn: Connection, skill: SkillRecord, window: int) -> ActiveFigures:
+    """Counts since activation plus the last ``window`` known outcomes, two indexed queries."""
+    sa = skill_activations.c
+    cond = [sa.skill_id == skill.id]
+    if skill.activated_at is not None:
+        cond.append(sa.created_at >= skill.activated_at)
+    counts = conn.execute(
+        select(
+            func.count().label("n"),
+            func.coalesce(func.sum(case((sa.outcome == "success", 1), else_=0)), 0).label("ok"),
+            func.coalesce(func.sum(case((sa.outcome == "failure", 1), else_=0)), 0).label("ko"),
+            func.coalesce(func.sum(case((sa.canonical_hash == skill.canonical_hash, 0), else_=1)), 0).label("dev"),
+        ).where(*cond)
+    ).one()
+    recent = (
+        conn.execute(
+            select(sa.outcome)
+            .where(*cond, sa.outcome.in_(KNOWN))
+            .order_by(sa.created_at.desc(), sa.run_id.desc())
+            .limit(window)
+        )
+        .scalars()
+        .all()
+    )
+    ok_recent = sum(1 for o in recent if o == "success")
+    n, ok, ko = int(counts.n), int(counts.ok), int(counts.ko)
+    return ActiveFigures(
+        activations=n,
+        successes=ok,
+        failures=ko,
+        unknown=n - ok - ko,
+        deviations=int(counts.dev),
+        window=len(recent),
+        window_successes=ok_recent,
+        rolling_success_rate=(ok_recent / len(recent)) if recent else None,
+        since=skill.activated_at.isoformat() if skill.activated_at else None,
+    )
+
+
+def baseline_rate(skill: SkillRecord) -> float | None:
+    """The success rate frozen at promotion time (``baseline.success_rate``)."""
+    value = (skill.baseline or {}).get("success_rate")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def decide(figures: ActiveFigures, baseline: float | None, config: PromotionConfig) -> DriftDecision:
+    """Demote when ``known activations >= grace`` and ``rolling < baseline - delta`` (strict)."""
+    flagged = figures.activations > 0 and figures.deviations / figures.activations > 0.5
+    known = figures.successes + figures.failures
+    in_grace = known < config.min_activations_before_drift_check
+    if in_grace or baseline is None or figures.rolling_success_rate is None:
+        return DriftDecision(False, None, flagged, in_grace)
+    rolling = figures.rolling_success_rate
+    # Compare in integers when possible so 7/10 vs 0.9 - 0.2 is exactly "not below" (no float drift).
+    threshold = baseline - config.demotion_success_delta
+    below = figures.window_successes * 1_000_000 < round(threshold * 1_000_000) * figures.window
+    if below:
+        return DriftDecision(True, f"drift: rolling {rolling:.2f} vs baseline {baseline:.2f}", flagged, False)
+    return DriftDecision(False, None, flagged, False)
+
+
+class SkillDrift(BaseModel):
+    """One ACTIVE skill's check (ids and figures only)."""
+
+    skill_id: str
+    agent_id: str
+    user_id: str
+    name: str
+    version: int
+    activations: int
+    rolling_success_rate: float | None
+    baseline_success_rate: float | None
+    deviation_rate: float
+    decision: Literal["demote", "keep", "grace", "no_baseline"]
+    reason: str | None = None
+    deviation_flag: bool = False
+
+
+class DriftReport(BaseModel):
+    dry_run: bool = False
+    checked: int = 0
+    demoted: list[SkillDrift] = Field(default_factory=list)
+    flagged: list[str] = Field(default_factory=list)
+    skills: list[SkillDrift] = Field(default_factory=list)
+
+
+def active_skill_ids(conn: Connection, agent_id: str | None = None, user_id: str | None = None) -> list[str]:
+    q = select(skillbox.c.id).where(skillbox.c.status == SkillStatus.ACTIVE.value)
+    if agent_id is not None:
+        q = q.where(skillbox.c.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(skillbox.c.user_id == user_id)
+    return list(conn.execute(q.order_by(skillbox.c.id)).scalars())
+
+
+def check_skill(
+    engine: Engine,
+    skill_id: str,
+    config: PromotionConfig,
+    *,
+    dry_run: bool = False,
+    actor: str = "flow:drift-demotion",
+    flow_run_id: str | None = None,
+) -> SkillDrift | None:
+    """Recompute one skill's figures, store them, demote on drift — one transaction (None: not ACTIVE now)."""
+    with engine.begin() as conn:
+        row = conn.execute(select(skillbox.c.status).where(skillbox.c.id == skill_id).with_for_update()).first()
+        if row is None or row[0] != SkillStatus.ACTIVE.value:
+            return None
+        skill = get_skill(conn, skill_id)
+        figures = active_figures(conn, skill, config.drift_window_activations)
+        baseline = baseline_rate(skill)
+        verdict = decide(figures, baseline, config)
+        stats = figures.as_stats(baseline, verdict.deviation_flag, utcnow())
+        result = SkillDrift(
+            skill_id=skill.id,
+            agent_id=skill.agent_id,
+            user_id=skill.user_id,
+            name=skill.name,
+            version=skill.version,
+            activations=figures.activations,
+            rolling_success_rate=figures.rolling_success_rate,
+            baseline_success_rate=baseline,
+            deviation_rate=stats["deviation_rate"],
+            decision="demote"
+            if verdict.demote
+            else "grace"
+            if verdict.grace
+            else "no_baseline"
+            if baseline is None
+            else "keep",
+            reason=verdict.reason,
+            deviation_flag=verdict.deviation_flag,
+        )
+        if dry_run:
+            return result
+        previous = {k: v for k, v in ((skill.stats or {}).get("active") or {}).items() if k != "checked_at"}
+        if previous != {k: v for k, v in stats.items() if k != "checked_at"}:
+            update_stats(conn, skill.id, {"active": stats})
+        if verdict.demote:
+            transition(conn, skill.id, SkillStatus.DEMOTED, actor=actor, reason=verdict.reason, flow_run_id=flow_run_id)
+        return result
+
+
+def run_drift(
+    engine: Engine,
+    config: PromotionConfig,
+    *,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    dry_run: bool = False,
+    flow_run_id: str | None = None,
+) -> DriftReport:
+    """Check every ACTIVE skill (optionally of one tenant); demote the drifted ones unless ``dry_run``."""
+    with engine.connect() as conn:
+        ids = active_skill_ids(conn, agent_id, user_id)
+    report = DriftReport(dry_run=dry_run)
+    for skill_id in ids:
+        result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)
+        if result is None:
+            continue
+        report.checked += 1
+        report.skills.append(result)
+        if result.decision == "demote":
+            report.demoted.append(result)
+        if result.deviation_flag:
+            report.flagged.append(result.skill_id)
+    log.info(
+        "drift: checked=%d demoted=%d flagged=%d dry_run=%s",
+        report.checked,
+        len(report.demoted),
+        len(report.flagged),
+        dry_run,
+    )
+    return report
