@@ -15,15 +15,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert
+import numpy as np
+from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import OperationalError
 
 from skillflow.capture import CaptureResult, RunValidationError, normalize_run, write_run
-from skillflow.config import PromotionConfig, Settings, continual_learning_default, load_promotion_config
-from skillflow.models import RunInput, Step, utcnow
+from skillflow.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
+from skillflow.embeddings import Embedder, get_embedder
+from skillflow.models import RunInput, SkillStatus, Step, utcnow
 from skillflow.outcome import Evaluator
+from skillflow.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
+from skillflow.retrieval import ScoredSkill, search_skills
 from skillflow.storage.engine import cached_engine
-from skillflow.storage.schema import agent_tools
+from skillflow.storage.schema import agent_tools, workflow_memory
 from skillflow.storage.types import dumps
 
 log = logging.getLogger("skillflow.runtime")
@@ -43,6 +47,16 @@ class LearningOptions:
             self.skillbox = True
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare`` hands back: the SDK request and exactly the ACTIVE skill ids rendered into it."""
+
+    request: dict[str, Any]
+    skills: list[ScoredSkill]
+    skill_ids: tuple[str, ...]
+    assembled: Assembled
+
+
 @dataclass
 class Skillflow:
     """One agent's handle on skillflow: ``record_run`` after each run, ``prepare`` before each model call."""
@@ -55,6 +69,7 @@ class Skillflow:
     workflow_memory: bool = True
     spool_dir: Path | None = None
     engine: Engine | None = None
+    embedder: Embedder | None = None
     options: LearningOptions = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,7 +77,7 @@ class Skillflow:
         self.options = LearningOptions(continual_learning=enabled, workflow_memory=self.workflow_memory)
         self.config = self.config or load_promotion_config()
         if self.engine is None:
-            self.engine = cached_engine(self.database_url or Settings().database_url)
+            self.engine = cached_engine(self.database_url or get_settings().database_url)
         if self.spool_dir is None:
             self.spool_dir = Path(".skillflow/spool")
 
@@ -117,7 +132,7 @@ class Skillflow:
             if strict:
                 raise
             return CaptureResult(normalized.run_id or "", False, error=type(exc).__name__, spooled=path is not None)
-        except Exception as exc:  # noqa: BLE001 - learning must never break the user-facing run
+        except Exception as exc:  # learning must never break the user-facing run
             if strict:
                 raise
             log.error("capture failed: %s", type(exc).__name__)
@@ -158,6 +173,97 @@ class Skillflow:
                 path.unlink()
                 stored += 1
         return stored
+
+    # -- injection ---------------------------------------------------------------------------------
+    def _embedder(self) -> Embedder:
+        if self.embedder is None:
+            self.embedder = get_embedder(get_settings().embedder)
+        return self.embedder
+
+    def retrieve_skills(self, query: str, user_id: str) -> list[ScoredSkill]:
+        """ACTIVE skills of exactly (agent_id, user_id) scoring >= ``retrieval_min_similarity``, best first."""
+        assert self.engine is not None and self.config is not None
+        if self.config.max_skills_in_context <= 0 or not query.strip():
+            return []
+        embedder = self._embedder()
+        vec = embedder.embed([query])[0]
+        with self.engine.connect() as conn:
+            return search_skills(
+                conn,
+                vec,
+                embedder.model_id,
+                self.agent_id,
+                user_id,
+                SkillStatus.ACTIVE,
+                k=self.config.max_skills_in_context,
+                min_score=self.config.retrieval_min_similarity,
+            )
+
+    def prepare(
+        self,
+        query: str,
+        user_id: str,
+        *,
+        history: Sequence[Mapping[str, Any]] = (),
+        memories: Sequence[Any] = (),
+        workflows: Sequence[Any] = (),
+        provider: Provider | str = "openai",
+        system_prompt: str | None = None,
+    ) -> Prepared:
+        """Assemble the request for ``provider``; pass ``skill_ids`` to ``record_run(skills_activated=...)``.
+
+        Workflow memory is never retrieved here. A disabled skillbox or a retrieval failure yields a
+        request without skills; it never raises into the agent.
+        """
+        if provider not in PROVIDERS:
+            raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+        skills: list[ScoredSkill] = []
+        if self.options.skillbox:
+            try:
+                skills = self.retrieve_skills(query, user_id)
+            except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
+                log.warning("skill retrieval failed (%s); preparing without skills", type(exc).__name__)
+        assembled = assemble(
+            query, skills=skills, history=history, memories=memories, workflows=workflows, system_prompt=system_prompt
+        )
+        log.debug(
+            "prepared request: %d skill(s), %d workflow item(s) dropped",
+            len(assembled.skill_ids),
+            assembled.dropped_workflows,
+        )
+        return Prepared(to_provider(assembled, provider), list(assembled.skills), assembled.skill_ids, assembled)
+
+    def retrieve_workflows_by_query(
+        self, query: str, user_id: str, k: int = 5, *, exclude_promoted: bool = True, candidates: int = 200
+    ) -> list[dict[str, Any]]:
+        """Audit API: this tenant's recent runs most similar to ``query`` (never injected automatically).
+
+        Runs stamped with a promoted skill are excluded unless ``exclude_promoted=False``; similarity is
+        computed over the newest ``candidates`` runs' queries with the configured embedder.
+        """
+        assert self.engine is not None
+        cols = [
+            workflow_memory.c.id,
+            workflow_memory.c.query,
+            workflow_memory.c.canonical_hash,
+            workflow_memory.c.tool_sequence,
+            workflow_memory.c.outcome,
+            workflow_memory.c.promoted_skill_id,
+            workflow_memory.c.created_at,
+        ]
+        stmt = select(*cols).where(workflow_memory.c.agent_id == self.agent_id, workflow_memory.c.user_id == user_id)
+        if exclude_promoted:
+            stmt = stmt.where(workflow_memory.c.promoted_skill_id.is_(None))
+        stmt = stmt.order_by(workflow_memory.c.created_at.desc(), workflow_memory.c.id).limit(max(1, candidates))
+        with self.engine.connect() as conn:
+            rows = [dict(r) for r in conn.execute(stmt).mappings()]
+        if not rows or k <= 0:
+            return []
+        embedder = self._embedder()
+        matrix = embedder.embed([query] + [r["query"] or "" for r in rows])
+        scores = matrix[1:] @ matrix[0]
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [{**rows[i], "score": round(float(scores[i]), 6)} for i in order]
 
     # -- toolbox -----------------------------------------------------------------------------------
     def register_tools(self, names: Iterable[str]) -> None:
