@@ -33,19 +33,21 @@ def _m001(conn: Connection) -> None:
     build_metadata(1).create_all(conn, checkfirst=True)
 
 
-def _add_column(conn: Connection, table: str, column: str, sqlite: str, postgresql: list[str], oracle: str) -> None:
+def _add_column(
+    conn: Connection, table: str, column: str, sqlite: str, postgresql: list[str], oracle: list[str]
+) -> None:
+    """Add ``column`` if missing; on PostgreSQL and Oracle also its check constraint if missing (a column added
+    by hand without it gets it), as ``[add column, add named check constraint]``."""
     dialect = conn.dialect.name
     if dialect == "sqlite":
         if not _has_column(conn, table, column):
             conn.execute(text(sqlite))
         return
-    if dialect == "oracle":
-        if not _has_column(conn, table, column):
-            conn.execute(text(oracle))
-        return
+    stmts = oracle if dialect == "oracle" else postgresql
     if not _has_column(conn, table, column):
-        conn.execute(text(postgresql[0]))
-    for stmt, check_name in zip(postgresql[1:], (f"ck_{table}_{column}",), strict=False):
+        conn.execute(text(stmts[0]))
+    for stmt in stmts[1:]:
+        check_name = stmt.split("ADD CONSTRAINT ", 1)[1].split()[0]
         if not _has_check(conn, table, check_name):
             conn.execute(text(stmt))
 
@@ -64,8 +66,10 @@ def _m002(conn: Connection) -> None:
             "ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL",
             f"ALTER TABLE skillbox ADD CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
         ],
-        oracle="ALTER TABLE skillbox ADD (injection_role VARCHAR2(20) DEFAULT 'user' NOT NULL "
-        f"CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK})",
+        oracle=[
+            "ALTER TABLE skillbox ADD (injection_role VARCHAR2(20 CHAR) DEFAULT 'user' NOT NULL)",
+            f"ALTER TABLE skillbox ADD CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
+        ],
     )
 
 
@@ -77,8 +81,11 @@ def _m003(conn: Connection) -> None:
         sqlite="ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT CONSTRAINT "
         "ck_workflow_memory_shadow_evaluations_json CHECK (shadow_evaluations IS NULL OR json_valid(shadow_evaluations))",
         postgresql=["ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT"],
-        oracle="ALTER TABLE workflow_memory ADD (shadow_evaluations CLOB CONSTRAINT "
-        "ck_workflow_memory_shadow_evaluations_is_json CHECK (shadow_evaluations IS JSON))",
+        oracle=[
+            "ALTER TABLE workflow_memory ADD (shadow_evaluations CLOB)",
+            "ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_shadow_evaluations_is_json "
+            "CHECK (shadow_evaluations IS JSON)",
+        ],
     )
 
 
