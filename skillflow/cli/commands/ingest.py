@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from skillflow import canonical
+from skillflow import canonical, simulator
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
 from skillflow.config import load_promotion_config
 from skillflow.ingest import api_bank, tau_bench, toolbench
@@ -72,9 +72,7 @@ def ingest(
     path: Annotated[Path, typer.Argument(help="Corpus file or folder.", exists=True)],
     agent_id: Annotated[
         str | None,
-        typer.Option(
-            "--agent-id", help="Agent of the runs (default: tau-bench-airline, toolbench or api-bank)."
-        ),
+        typer.Option("--agent-id", help="Agent of the runs (default: tau-bench-airline, toolbench or api-bank)."),
     ] = None,
     user_id: Annotated[
         str, typer.Option("--user-id", help="Tenant partition all runs go to (one shared user: classes aggregate).")
@@ -154,3 +152,60 @@ def hash_run(
         table.add_row(str(i), u.tool, ", ".join(u.arg_keys), str(u.errored), u.error_class or "", str(u.retry_count))
     console.print(table)
     console.print(f"canonical_hash: {chash}" if chash else "canonical_hash: none (empty signature: no identity)")
+
+
+class BreakModeOption(enum.StrEnum):
+    ERROR = "error"
+    WRONG = "wrong"
+
+
+@app.command("simulate")
+def simulate(
+    runs: Annotated[int, typer.Option("--runs", min=1, max=1_000_000, help="How many runs to generate.")] = 200,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same runs).")] = 0,
+    agent_id: Annotated[str, typer.Option("--agent-id", help="Agent the runs belong to.")] = simulator.DEFAULT_AGENT_ID,
+    user_id: Annotated[str, typer.Option("--user-id", help="Tenant partition of the runs.")] = DEFAULT_USER_ID,
+    break_tool: Annotated[
+        str | None,
+        typer.Option("--break-tool", help="Tool that starts failing (drift), e.g. cancel_reservation."),
+    ] = None,
+    break_after: Annotated[
+        int, typer.Option("--break-after", min=0, help="Run index from which --break-tool fails.")
+    ] = 0,
+    break_mode: Annotated[
+        BreakModeOption,
+        typer.Option("--break-mode", help="error: the tool raises; wrong: it answers but does nothing."),
+    ] = BreakModeOption.ERROR,
+    business: Annotated[
+        bool,
+        typer.Option(
+            "--business-outcome/--execution-outcome",
+            help="Judge runs with the simulator's business outcome (default) or the plain tool-loop outcome.",
+        ),
+    ] = True,
+    db: DbOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Generate runs of the simulated airline/orders agent and store them through the capture API."""
+    if break_tool is not None and break_tool not in simulator.Tools.NAMES:
+        fail(f"unknown tool {break_tool!r}; choose one of: {', '.join(simulator.Tools.NAMES)}")
+    sf = Skillflow(
+        agent_id=agent_id,
+        engine=engine_for(db),
+        workflow_outcome_evaluator=simulator.business_outcome if business else None,
+    )
+    with progress_bar("simulate", enabled=not as_json) as update:
+        report = simulator.simulate_runs(
+            sf,
+            runs,
+            seed,
+            user_id=user_id,
+            break_tool=(break_tool, break_after) if break_tool else None,
+            break_mode=break_mode.value,  # type: ignore[arg-type]  # the enum values are the literals
+            progress=update,
+        )
+    values = {"agent_id": agent_id, "user_id": user_id, "seed": seed, **report.as_dict()}
+    if as_json:
+        print_json(values)
+    else:
+        _print_report(values, "simulate")
