@@ -10,6 +10,7 @@ from sqlalchemy import Engine, select
 from skillflow.config import PromotionConfig
 from skillflow.embeddings import HashingEmbedder
 from skillflow.models import InjectionRole, SkillStatus, Step, utcnow
+from skillflow.outcome import Workflow
 from skillflow.retrieval import write_skill_vectors
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import workflow_memory
@@ -43,8 +44,16 @@ def other_steps() -> list[Step]:
     return [Step("get_reservation_details", {"reservation_id": "R1"}, {"status": "ok"}), Step("think", {"x": 1})]
 
 
+def business(workflow: Workflow) -> bool | None:
+    """The test's business outcome: ``metadata["ok"]`` when given, else the execution outcome."""
+    value = workflow.metadata.get("ok")
+    return None if value is None else bool(value)
+
+
 def sf(engine: Engine, cfg: PromotionConfig | None = None, agent: str = AGENT) -> Skillflow:
-    flow = Skillflow(agent_id=agent, engine=engine, config=cfg or config(), continual_learning=True)
+    flow = Skillflow(
+        agent_id=agent, engine=engine, config=cfg or config(), continual_learning=True, workflow_outcome_evaluator=business
+    )
     flow.register_tools([*CANCEL_TOOLS, "think"])
     return flow
 
@@ -59,9 +68,16 @@ def record(
     at: datetime | None = None,
     skills: tuple[str, ...] = (),
     cfg: PromotionConfig | None = None,
+    ok: bool | None = None,
 ) -> str:
     res = sf(engine, cfg, agent).record_run(
-        query, user, steps if steps is not None else cancel_steps(), created_at=at, skills_activated=skills, strict=True
+        query,
+        user,
+        steps if steps is not None else cancel_steps(),
+        created_at=at,
+        skills_activated=skills,
+        metadata={} if ok is None else {"ok": ok},
+        strict=True,
     )
     return res.run_id
 

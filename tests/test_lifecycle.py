@@ -1,0 +1,102 @@
+"""Reviewer decisions as plain functions: activate (role, tool re-check, stamps), reject, demote."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import Engine, delete, func, select
+
+from skillflow.lifecycle import ActivationRefused, activate_skill, demote_skill, reject_skill
+from skillflow.models import SkillStatus
+from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
+from skillflow.storage.skills import InvalidTransition, get_skill
+from tests.lifecycle_helpers import class_hash, config, earlier, make_skill, record
+
+
+def _stamped(engine: Engine, skill_id: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill_id)).scalar() or 0)
+
+
+def _events(engine: Engine, skill_id: str) -> list[dict]:  # type: ignore[type-arg]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(skill_events).where(skill_events.c.skill_id == skill_id).order_by(skill_events.c.created_at)
+        ).mappings()
+        return [dict(r) for r in rows]
+
+
+def _shadow(engine: Engine, status: SkillStatus = SkillStatus.SHADOW):  # type: ignore[no-untyped-def]
+    runs = [record(engine, f"cancel my reservation {i}", at=earlier(2 - i * 0.1)) for i in range(3)]
+    return runs, make_skill(engine, class_hash(engine, runs[0]), sources=runs[:2], status=status)
+
+
+def test_activate_user_backfills_stamps_in_one_step(engine: Engine) -> None:
+    runs, skill = _shadow(engine)
+    assert _stamped(engine, skill.id) == 0  # SHADOW never suppresses workflow retrieval
+    updated = activate_skill(engine, skill.id, actor="alice", flow_run_id="fr-9", config=config())
+    assert updated.status == "active" and updated.injection_role == "user" and updated.activated_at is not None
+    assert _stamped(engine, skill.id) == len(runs)
+    event = _events(engine, skill.id)[-1]
+    assert event["event"] == "activated" and event["actor"] == "alice" and event["flow_run_id"] == "fr-9"
+    assert event["details"]["review"] is True and event["details"]["stamped"] == len(runs)
+    assert event["details"]["decision"] == "activate_user"
+    again = activate_skill(engine, skill.id, actor="alice", config=config())  # idempotent
+    assert again.status == "active" and len(_events(engine, skill.id)) == 2
+    # New runs of the class are stamped at write time once it is ACTIVE.
+    assert _stamped(engine, skill.id) == len(runs)
+    record(engine, "cancel my reservation again")
+    assert _stamped(engine, skill.id) == len(runs) + 1
+
+
+def test_activation_rechecks_tools(engine: Engine) -> None:
+    _runs, skill = _shadow(engine)
+    with engine.begin() as conn:
+        conn.execute(delete(agent_tools).where(agent_tools.c.tool_name == "cancel_reservation"))
+    with pytest.raises(ActivationRefused) as err:
+        activate_skill(engine, skill.id, actor="alice", config=config())
+    assert err.value.reasons == ["tool removed: cancel_reservation"]
+    with engine.connect() as conn:
+        assert get_skill(conn, skill.id).status == "shadow"
+    assert _stamped(engine, skill.id) == 0
+
+
+def test_developer_authority_needs_shadow_review(engine: Engine) -> None:
+    _runs, skill = _shadow(engine)
+    with pytest.raises(ActivationRefused) as err:
+        activate_skill(engine, skill.id, role="developer", actor="alice", config=config(require_shadow=False))
+    assert err.value.reasons == ["developer authority requires require_shadow=True"]
+    updated = activate_skill(engine, skill.id, role="developer", actor="alice", config=config())
+    assert updated.injection_role == "developer" and updated.status == "active"
+    assert _events(engine, skill.id)[-1]["details"]["role"] == "developer"
+
+
+def test_candidate_never_shadowed_cannot_get_developer_authority(engine: Engine) -> None:
+    _runs, skill = _shadow(engine, status=SkillStatus.CANDIDATE)
+    with pytest.raises(ActivationRefused) as err:
+        activate_skill(engine, skill.id, role="developer", actor="alice", config=config())
+    assert "went through shadow" in str(err.value) or "gone through shadow" in str(err.value)
+    assert activate_skill(engine, skill.id, role="user", actor="alice", config=config()).status == "active"
+
+
+def test_reject_and_demote(engine: Engine) -> None:
+    runs, skill = _shadow(engine)
+    with pytest.raises(ValueError):
+        reject_skill(engine, skill.id, "  ", actor="bob")
+    rejected = reject_skill(engine, skill.id, "procedure skips the refund check", actor="bob")
+    assert rejected.status == "rejected" and rejected.demotion_reason == "procedure skips the refund check"
+    with engine.connect() as conn:
+        assert conn.execute(select(skillbox.c.live_key).where(skillbox.c.id == skill.id)).scalar() is None
+    event = _events(engine, skill.id)[-1]
+    assert event["actor"] == "bob" and event["to_status"] == "rejected" and event["details"]["review"] is True
+    with pytest.raises(InvalidTransition):
+        activate_skill(engine, skill.id, actor="bob", config=config())
+    # A new version of the class can now be created and, once active, demoted by hand.
+    active = make_skill(engine, skill.canonical_hash, status=SkillStatus.ACTIVE)
+    assert active.version == 2 and _stamped(engine, active.id) == len(runs)
+    with pytest.raises(InvalidTransition):
+        demote_skill(engine, skill.id, "wrong state", actor="bob")
+    demoted = demote_skill(engine, active.id, "customers complain", actor="carol")
+    assert demoted.status == "demoted" and demoted.demotion_reason == "customers complain"
+    assert _stamped(engine, active.id) == 0
+    event = _events(engine, active.id)[-1]
+    assert event["actor"] == "carol" and event["details"]["unstamped"] == len(runs) and event["details"]["review"]
