@@ -52,7 +52,11 @@ def business(workflow: Workflow) -> bool | None:
 
 def sf(engine: Engine, cfg: PromotionConfig | None = None, agent: str = AGENT) -> Skillflow:
     flow = Skillflow(
-        agent_id=agent, engine=engine, config=cfg or config(), continual_learning=True, workflow_outcome_evaluator=business
+        agent_id=agent,
+        engine=engine,
+        config=cfg or config(),
+        continual_learning=True,
+        workflow_outcome_evaluator=business,
     )
     flow.register_tools([*CANCEL_TOOLS, "think"])
     return flow
@@ -84,7 +88,9 @@ def record(
 
 def class_hash(engine: Engine, run_id: str) -> str:
     with engine.connect() as conn:
-        return str(conn.execute(select(workflow_memory.c.canonical_hash).where(workflow_memory.c.id == run_id)).scalar())
+        return str(
+            conn.execute(select(workflow_memory.c.canonical_hash).where(workflow_memory.c.id == run_id)).scalar()
+        )
 
 
 def make_skill(

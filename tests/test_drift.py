@@ -55,9 +55,13 @@ def test_six_of_ten_demotes_and_releases_stamps(engine: Engine) -> None:
     with engine.connect() as conn:
         after = get_skill(conn, skill.id)
         stamped = conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill.id)).scalar()
-        event = conn.execute(
-            select(skill_events).where(skill_events.c.skill_id == skill.id, skill_events.c.to_status == "demoted")
-        ).mappings().one()
+        event = (
+            conn.execute(
+                select(skill_events).where(skill_events.c.skill_id == skill.id, skill_events.c.to_status == "demoted")
+            )
+            .mappings()
+            .one()
+        )
     assert after.status == "demoted" and after.demotion_reason == "drift: rolling 0.60 vs baseline 0.90"
     assert after.demoted_at is not None and stamped == 0
     assert event["actor"] == "flow:drift-demotion" and event["flow_run_id"] == "fr-1"
@@ -89,9 +93,7 @@ def test_window_grace_and_shadow_ids(engine: Engine) -> None:
     shadow = make_skill(engine, class_hash(engine, other), status=SkillStatus.SHADOW)
     record(engine, "refund please", steps=other_steps(), skills=(shadow.id,), ok=False)
     with engine.connect() as conn:
-        assert conn.execute(
-            select(func.count()).where(skill_activations.c.skill_id == shadow.id)
-        ).scalar() == 0
+        assert conn.execute(select(func.count()).where(skill_activations.c.skill_id == shadow.id)).scalar() == 0
     assert shadow.id not in {s.skill_id for s in run_drift(engine, config()).skills}
 
 

@@ -14,7 +14,9 @@ from tests.lifecycle_helpers import class_hash, config, earlier, make_skill, rec
 
 def _stamped(engine: Engine, skill_id: str) -> int:
     with engine.connect() as conn:
-        return int(conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill_id)).scalar() or 0)
+        return int(
+            conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill_id)).scalar() or 0
+        )
 
 
 def _events(engine: Engine, skill_id: str) -> list[dict]:  # type: ignore[type-arg]

@@ -41,8 +41,6 @@ def test_all_reasons_in_order_and_zero_observations() -> None:
     assert ready["ready"] is True and ready["reasons"] == []  # thresholds are inclusive
 
 
-
-
 def test_readiness_from_stored_observations(engine: Engine) -> None:
     cfg = config(shadow_readiness_min_observations=3)
     source = record(engine, "cancel my reservation", at=earlier(2))

@@ -120,9 +120,7 @@ def test_shadow_skills_are_never_activated_counted_or_stamped(engine: Engine) ->
     assert row["skills_activated"] == [] and row["promoted_skill_id"] is None
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(skill_activations)).scalar() == 0
-        stamped = conn.execute(
-            select(func.count()).where(workflow_memory.c.promoted_skill_id.is_not(None))
-        ).scalar()
+        stamped = conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id.is_not(None))).scalar()
     assert stamped == 0
     prepare = getattr(Skillflow, "prepare", None)
     if prepare is not None:  # the runtime helper's injection path: a SHADOW skill is never injected
@@ -152,7 +150,9 @@ def test_concurrent_drains_claim_disjoint_rows(engine: Engine) -> None:
     assert len(first) == 5 and len(second) == 5 and not first & second
     reports: list[DrainReport] = []
     threads = [
-        threading.Thread(target=lambda: reports.append(drain_shadow_evaluations(engine, config(), EMBEDDER, batch_size=3)))
+        threading.Thread(
+            target=lambda: reports.append(drain_shadow_evaluations(engine, config(), EMBEDDER, batch_size=3))
+        )
         for _ in range(2)
     ]
     for t in threads:
