@@ -1,0 +1,92 @@
+"""Tasks: review flags, storing the report (+ the cycle mark) and publishing Prefect artifacts."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from skillflow import promotion
+from skillflow.promotion import PromotionReport
+from tasks.common import engine_for, retry_transient
+
+REPORT_KEY = "promotion-report"
+GATES_KEY = "promotion-gates"
+RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": retry_transient}
+
+
+@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]  # the shared retry options
+def collect_review_flags(database_url: str | None, agent_id: str, user_id: str) -> list[str]:
+    return promotion.review_flags(engine_for(database_url), agent_id, user_id)
+
+
+@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+def finish_report(database_url: str | None, report: PromotionReport, mark: bool) -> str | None:
+    """Store the report and mark the cycle in one idempotent transaction (nothing in a dry run)."""
+    return promotion.finish_partition(engine_for(database_url), report, mark)
+
+
+def _cell(items: list[str]) -> str:
+    return ", ".join(items) if items else "—"
+
+
+def render_markdown(reports: list[PromotionReport]) -> str:
+    """The report as Markdown: counts and ids per partition, reasons, the gate table (no queries, no bodies)."""
+    lines = ["# Promotion report", ""]
+    if not reports:
+        lines.append("No partition with stored runs matched.")
+    for r in reports:
+        head = f"## {r.agent_id} / {r.user_id} — {r.mode} {r.cycle}" + (" (dry run)" if r.dry_run else "")
+        lines += [head, ""]
+        if r.partition_skipped:
+            lines += [f"Partition skipped: {r.partition_skipped}", ""]
+            continue
+        lines += [
+            f"- candidates considered: {r.candidates_considered}",
+            f"- promoted: {_cell(r.promoted)}",
+        ]
+        if r.dry_run:
+            lines.append(f"- would promote: {_cell([h[:12] for h in r.would_promote])}")
+        lines += [f"- rejected: {h[:12]}: {'; '.join(reasons)}" for h, reasons in r.rejected]
+        lines += [f"- skipped: {h[:12]}: {reason}" for h, reason in r.skipped]
+        lines += [f"- deprecated: {sid}: {reason}" for sid, reason in r.deprecated]
+        lines += [f"- review: {flag}" for flag in r.review_flags]
+        if r.gates:
+            lines += ["", "| class | runs | success | queries | last seen (d) | gates | score | decision |"]
+            lines.append("|---|---:|---:|---:|---:|---|---:|---|")
+            for g in r.gates:
+                gates = " ".join(f"{k}:{'✓' if v else '✗'}" for k, v in g.checks.items())
+                score = "" if g.score is None else f"{g.score:.3f}"
+                lines.append(
+                    f"| {g.hash} | {g.executions} | {g.success_rate:.2f} | {g.distinct_queries} | {g.last_seen_days} "
+                    f"| {gates} | {score} | {g.decision} |"
+                )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def gate_table(reports: list[PromotionReport]) -> list[dict[str, object]]:
+    return [
+        {
+            "agent_id": r.agent_id,
+            "user_id": r.user_id,
+            "class": g.hash,
+            "executions": g.executions,
+            "success_rate": g.success_rate,
+            "distinct_queries": g.distinct_queries,
+            "last_seen_days": g.last_seen_days,
+            **{f"gate_{k}": v for k, v in g.checks.items()},
+            "score": g.score,
+            "decision": g.decision,
+            "reason": g.reason or "",
+        }
+        for r in reports
+        for g in r.gates
+    ]
+
+
+@task(cache_policy=NO_CACHE)
+def publish_report(reports: list[PromotionReport]) -> None:
+    """Markdown + table artifacts under stable keys (a new version per run)."""
+    create_markdown_artifact(render_markdown(reports), key=REPORT_KEY, description="Promotion report")
+    create_table_artifact(gate_table(reports), key=GATES_KEY, description="Per-class promotion gates")
