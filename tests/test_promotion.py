@@ -264,3 +264,30 @@ def test_live_key_blocks_a_second_live_skill(engine: Engine) -> None:
         )
     [r] = run_cycle(engine, config=sf.config)
     assert r.promoted == [] and (h, COVERED) in r.skipped
+
+
+@pytest.mark.parametrize("outcome", ["execution", "reward"])
+def test_tau_bench_reward_outcomes_promote_no_class_below_a_gate(
+    sqlite_engine: Engine, tau_bench_path: Any, outcome: str
+) -> None:
+    from skillflow.ingest.tau_bench import ingest_tau_bench
+    from skillflow.runtime import Skillflow
+
+    cfg = config(require_shadow=True, max_promotions_per_cycle=20)
+    sf = Skillflow(agent_id="tau-bench-airline", engine=sqlite_engine, config=cfg)
+    ingest_tau_bench(tau_bench_path, sf, outcome=outcome)  # type: ignore[arg-type]
+    [report] = run_cycle(sqlite_engine, config=cfg, dry_run=True)
+    with sqlite_engine.connect() as conn:
+        cancel = conn.execute(
+            select(workflow_memory.c.canonical_hash).where(workflow_memory.c.tool_sequence == "cancel_reservation")
+        ).scalar()
+    gate = {g.canonical_hash: g for g in report.gates}
+    assert gate[cancel].executions >= 30  # the frequent per-turn cancel-reservation procedure
+    would = set(report.would_promote)
+    assert all(gate[h].checks and all(gate[h].checks.values()) for h in would)  # nothing below a gate
+    if outcome == "execution":  # tools never raised: the cancel procedure looks perfect
+        assert gate[cancel].success_rate == 1.0 and cancel in would
+    else:  # the task reward tells the truth
+        assert report.would_promote == [] and report.promoted == []
+        rate = gate[cancel].success_rate
+        assert rate < 0.5 and (cancel, f"success_rate {rate:.2f} < 0.8") in report.skipped
