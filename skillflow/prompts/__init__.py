@@ -1,0 +1,1 @@
+"""Versioned prompt texts (the file stem is the version stamped on each skill)."""
