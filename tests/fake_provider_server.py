@@ -102,7 +102,7 @@ def fake_provider() -> Iterator[FakeProvider]:
     state = FakeProvider()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     state.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield state
