@@ -75,7 +75,7 @@ RULES: tuple[tuple[str, re.Pattern[str], str], ...] = tuple(
         ("ilike", r"\bilike\b", "ILIKE is PostgreSQL: compare UPPER()/LOWER() values"),
         ("pg-types", r"\b(timestamptz|bytea|datetime|tinyint|mediumtext)\b", "not an Oracle type"),
         ("string-agg", r"\b(string_agg|group_concat)\b", "use LISTAGG"),
-        ("offset", r"\boffset\s+(\d+|:\w+)(?!\s+rows?\b)", "Oracle needs OFFSET n ROWS"),
+        ("offset", r"\boffset\s+(\d+|:\w+)\b(?!\s+rows?\b)", "Oracle needs OFFSET n ROWS"),
     )
 )
 
