@@ -111,7 +111,7 @@ def test_planted_bad_sql_is_caught(sql: str, rule: str) -> None:
         "create table t (e vector(384, float32) not null, j clob, constraint ck_t_j check (j is json))",
         "create vector index ix on t (e) organization inmemory neighbor graph distance cosine with target accuracy 95",
         "select a from t where b = :b order by a fetch first :k rows only",
-        "select a from t order by vector_distance(e, :q, cosine) fetch approx first 5 rows only with target accuracy 90",
+        "select a from t order by vector_distance(e, :q, dot) fetch approx first 5 rows only with target accuracy 90",
         "alter table t modify (a default 'user')",
         "select a from t offset 10 rows fetch next 5 rows only",
         "select q'[it's]' as s, 'limit' as t from dual",  # words inside strings are not SQL
@@ -311,17 +311,34 @@ def test_python_oracle_migrations_match_the_sql_files(monkeypatch: pytest.Monkey
 # ---- queries -----------------------------------------------------------------------------------------------------
 
 
+def _flat(sql: str) -> str:
+    return " ".join(re.sub(r"--[^\n]*", "", sql).lower().split())
+
+
+TENANT_FILTERS = ("s.agent_id = :agent_id", "s.user_id = :user_id", "s.status = :status", "v.model_id = :model_id")
+
+
 def test_search_skills_query_filters_before_top_k() -> None:
     sql = load_query("search_skills")
     assert not sql.endswith(";")
     assert check_statement(sql) == []
-    flat = " ".join(re.sub(r"--[^\n]*", "", sql).lower().split())
-    assert set(re.findall(r":(\w+)", flat)) == {"q", "agent_id", "user_id", "status", "model_id", "candidates", "k"}
-    assert "1 - distance" in flat and "vector_distance(v.embedding, :q, cosine)" in flat
-    inner = flat[: flat.index("fetch approx first :candidates")]
-    for predicate in ("s.agent_id = :agent_id", "s.user_id = :user_id", "s.status = :status", "v.model_id = :model_id"):
-        assert predicate in inner
-    assert flat.endswith("group by skill_id order by score desc, skill_id fetch first :k rows only")
+    flat = _flat(sql)
+    binds = {"query_vec", "agent_id", "user_id", "status", "model_id", "min_score", "k"}
+    assert set(re.findall(r":(\w+)", flat)) == binds  # what skillflow.retrieval binds on Oracle
+    assert "1 - vector_distance(v.embedding, :query_vec, cosine) as similarity" in flat
+    inner = flat[: flat.index("group by")]
+    assert all(predicate in inner for predicate in TENANT_FILTERS)
+    assert flat.endswith(
+        "group by skill_id having max(similarity) >= :min_score order by score desc, skill_id fetch first :k rows only"
+    )
+
+
+def test_search_skills_approx_filters_before_the_approximate_top_k() -> None:
+    flat = _flat(load_query("search_skills_approx"))
+    assert check_statement(load_query("search_skills_approx")) == []
+    inner = flat[: flat.index("fetch approx first :candidates rows only with target accuracy 95")]
+    assert all(predicate in inner for predicate in TENANT_FILTERS)
+    assert flat.endswith("order by score desc, skill_id fetch first :k rows only")
 
 
 def test_claim_shadow_outbox_skips_locked_rows() -> None:

@@ -1,14 +1,14 @@
 -- search_skills: the :k skills of one tenant, in one lifecycle status, nearest to a query vector.
 -- A skill has several applicability vectors (profile + trigger queries); its score is the best one,
--- 1 - VECTOR_DISTANCE(..., COSINE). Tenant, status and embedding-model filters apply before any top-k.
--- :candidates bounds the vectors searched (use :k * (1 + max_trigger_queries): the best vector of each
--- of the top :k skills is then always among them). APPROX lets Oracle use the HNSW index; without an
--- index, or when the optimizer prefers it, the search is exact.
--- Binds: :q (VECTOR(384, FLOAT32)), :agent_id, :user_id, :status, :model_id, :candidates, :k.
-with nearest as (
+-- 1 - VECTOR_DISTANCE(embedding, :query_vec, COSINE). Tenant, status and embedding-model filters and the
+-- :min_score threshold apply before FETCH FIRST, so another tenant's or a retired skill can never take a
+-- top-k slot. Exact: a tenant's vectors are few (ix_skill_vectors_tenant_model finds them);
+-- search_skills_approx.sql is the HNSW variant for very large pools.
+-- Binds: :query_vec (VECTOR(384, FLOAT32)), :agent_id, :user_id, :status, :model_id, :min_score, :k.
+with scored as (
     select
         v.skill_id,
-        vector_distance(v.embedding, :q, cosine) as distance
+        1 - vector_distance(v.embedding, :query_vec, cosine) as similarity
     from skill_vectors v
     join skillbox s
         on s.id = v.skill_id
@@ -18,14 +18,13 @@ with nearest as (
         and v.agent_id = :agent_id
         and v.user_id = :user_id
         and v.model_id = :model_id
-    order by distance
-    fetch approx first :candidates rows only with target accuracy 95
 )
 
 select
     skill_id,
-    max(1 - distance) as score
-from nearest
+    max(similarity) as score
+from scored
 group by skill_id
+having max(similarity) >= :min_score
 order by score desc, skill_id
 fetch first :k rows only
