@@ -128,13 +128,18 @@ class IngestReport:
         }
 
 
-def _existing_ids(sf: Skillflow, ids: list[str], batch: int = 500) -> set[str]:
+FOREIGN_ROW = "run id already stored for another agent or user"
+
+
+def _existing(sf: Skillflow, ids: list[str], batch: int = 500) -> dict[str, tuple[str, str]]:
+    """Run id → (agent_id, user_id) for the ids already stored."""
     assert sf.engine is not None
-    found: set[str] = set()
+    wm = workflow_memory.c
+    found: dict[str, tuple[str, str]] = {}
     with sf.engine.connect() as conn:
         for start in range(0, len(ids), batch):
-            chunk = ids[start : start + batch]
-            found.update(conn.execute(select(workflow_memory.c.id).where(workflow_memory.c.id.in_(chunk))).scalars())
+            rows = conn.execute(select(wm.id, wm.agent_id, wm.user_id).where(wm.id.in_(ids[start : start + batch])))
+            found.update({row.id: (row.agent_id, row.user_id) for row in rows})
     return found
 
 
@@ -148,11 +153,18 @@ def write_runs(
     """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id)."""
     sf.register_tools(tools)
     report.tools = sorted(set(tools))
-    present = _existing_ids(sf, [r.run_id for r in runs if r.run_id])
+    present = _existing(sf, [r.run_id for r in runs if r.run_id])
     for done, run in enumerate(runs, start=1):
         report.runs += 1
         if run.steps:
             report.with_tool_calls += 1
+        owner = present.get(run.run_id or "")
+        if owner is not None and owner != (run.agent_id, run.user_id):
+            # Capture would return the other tenant's row as "stored"; say what happened instead.
+            report.rejected[FOREIGN_ROW] += 1
+            if progress is not None:
+                progress(done, len(runs))
+            continue
         result = sf.record(run)
         if result.stored:
             report.stored += 1
