@@ -16,11 +16,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, Engine, case, func, select
+from sqlalchemy import Connection, Engine, case, delete, func, insert, select
 
 from skillflow.config import PromotionConfig
-from skillflow.models import SkillStatus, utcnow
-from skillflow.storage.schema import skill_activations, skillbox
+from skillflow.models import SkillStatus, new_id, utcnow
+from skillflow.storage.schema import reports, skill_activations, skillbox
 from skillflow.storage.skills import SkillRecord, get_skill, transition, update_stats
 
 log = logging.getLogger("skillflow.drift")
@@ -234,3 +234,48 @@ def run_drift(
         dry_run,
     )
     return report
+
+
+def store_report(
+    engine: Engine, report: DriftReport, agent_id: str | None, user_id: str | None, flow_run_id: str | None
+) -> str:
+    """Store the report (kind ``drift``); keyed by flow run so a retried task replaces, never duplicates."""
+    report_id = f"drift:{flow_run_id}" if flow_run_id else new_id()
+    with engine.begin() as conn:
+        conn.execute(delete(reports).where(reports.c.id == report_id))
+        conn.execute(
+            insert(reports).values(
+                id=report_id,
+                kind="drift",
+                agent_id=agent_id,
+                user_id=user_id,
+                flow_run_id=flow_run_id,
+                dry_run=1 if report.dry_run else 0,
+                created_at=utcnow(),
+                body=report.model_dump(mode="json"),
+            )
+        )
+    return report_id
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def render_markdown(report: DriftReport) -> str:
+    """Figures and ids only (no queries, no skill bodies)."""
+    head = "# Drift report" + (" (dry run)" if report.dry_run else "")
+    lines = [head, "", f"- ACTIVE skills checked: {report.checked}", f"- demoted: {len(report.demoted)}"]
+    lines += [f"  - `{d.skill_id}` {d.name} v{d.version}: {d.reason}" for d in report.demoted]
+    lines.append(f"- deviation review flags (> 50 % of activations took another path): {len(report.flagged)}")
+    lines += [f"  - `{sid}`" for sid in report.flagged]
+    if report.skills:
+        lines += ["", "| skill | tenant | activations | rolling | baseline | deviation | decision |"]
+        lines.append("|---|---|---:|---:|---:|---:|---|")
+        for s in report.skills:
+            lines.append(
+                f"| {s.name} v{s.version} `{s.skill_id[:12]}` | {s.agent_id}/{s.user_id} | {s.activations} | "
+                f"{_rate(s.rolling_success_rate)} | {_rate(s.baseline_success_rate)} | {s.deviation_rate:.2f} | "
+                f"{s.decision} |"
+            )
+    return "\n".join(lines)

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
@@ -47,10 +47,12 @@ class DrainReport(BaseModel):
     skills_reconciled: int = 0
     pending_left: int | None = None
     seconds: float = 0.0
+    failed_ids: list[str] = Field(default_factory=list)
 
     def add(self, other: DrainReport) -> None:
         for name in ("batches", "claimed", "evaluated_runs", "records", "no_candidate", "failed", "skills_reconciled"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.failed_ids.extend(other.failed_ids)
 
 
 def idempotency_key(run_id: str, skill_id: str) -> str:
@@ -325,7 +327,7 @@ def drain_batch(
         with engine.connect() as conn:
             runs = outbox.peek(conn, batch_size)
             new, failed = evaluate_batch(conn, runs, config, embedder)
-        report.failed = len(failed)
+        report.failed, report.failed_ids = len(failed), failed
         return _counted(report, runs, new)
     touched = _claim_and_persist(engine, config, embedder, batch_size, exclude, report)
     report.skills_reconciled = reconcile(engine, touched, config)
@@ -372,6 +374,7 @@ def _finish(
 ) -> None:
     _counted(report, runs, new)
     report.failed += len(failed)
+    report.failed_ids.extend(failed)
     exclude.update(failed)
 
 
