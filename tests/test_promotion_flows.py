@@ -69,3 +69,36 @@ def test_promotion_cycle_and_distill_class_flows(prefect_harness: None, tmp_path
         assert len(conn.execute(select(skillbox)).all()) == 2
         assert conn.execute(select(partition_state.c.cycle_count)).scalar() == 1  # distill-class is not a cycle
     engine.dispose()
+
+
+def test_cli_cycle_skills_show(prefect_harness: None, tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, "u1", i)
+    engine.dispose()
+    runner = CliRunner()
+    bad = runner.invoke(app, ["cycle", "--db", url, "--set", "min_executionz=3"])
+    assert bad.exit_code == 2 and "min_executionz" in bad.output
+    dry = runner.invoke(app, ["cycle", "--db", url, "--json", "--dry-run", "--set", "require_shadow=false"])
+    assert dry.exit_code == 0, dry.output
+    [report] = json.loads(dry.stdout[dry.stdout.index("{") :])["reports"]
+    assert report["dry_run"] and len(report["would_promote"]) == 1 and report["promoted"] == []
+    real = runner.invoke(app, ["cycle", "--db", url, "--json", "--set", "require_shadow=false"])
+    [report] = json.loads(real.stdout[real.stdout.index("{") :])["reports"]
+    [skill_id] = report["promoted"]
+    listed = json.loads(runner.invoke(app, ["skills", "--db", url, "--status", "active", "--json"]).stdout)
+    assert [s["id"] for s in listed["skills"]] == [skill_id]
+    shown = runner.invoke(app, ["show", skill_id[:10], "--db", url, "--json"])
+    body = json.loads(shown.stdout)
+    assert body["skill"]["content"].startswith("---") and body["events"][0]["event"] == "created"
+    assert body["class_now"]["executions"] == 6
+    assert runner.invoke(app, ["show", "nope", "--db", url]).exit_code == 2
