@@ -76,7 +76,9 @@ class FakeLLMServer:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode("utf-8")
                 body = json.loads(raw) if raw else {}
                 with server._lock:
-                    server.received.append(Received(self.path, dict(self.headers), body, raw))
+                    server.received.append(
+                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)
+                    )
                     reply = server._script.popleft() if server._script else Reply(status=500)
                 if reply.delay:
                     time.sleep(reply.delay)
@@ -103,7 +105,7 @@ class FakeLLMServer:
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False
         self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     @property
     def openai_base_url(self) -> str:
