@@ -7,6 +7,7 @@ from sqlalchemy import Engine, delete, func, select
 
 from skillflow.lifecycle import ActivationRefused, activate_skill, demote_skill, reject_skill
 from skillflow.models import SkillStatus
+from skillflow.review import apply_review_decision, gather_evidence, render_markdown
 from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
 from skillflow.storage.skills import InvalidTransition, get_skill
 from tests.lifecycle_helpers import class_hash, config, earlier, make_skill, record
@@ -102,3 +103,34 @@ def test_reject_and_demote(engine: Engine) -> None:
     assert _stamped(engine, active.id) == 0
     event = _events(engine, active.id)[-1]
     assert event["actor"] == "carol" and event["details"]["unstamped"] == len(runs) and event["details"]["review"]
+
+
+@pytest.mark.parametrize(
+    ("decision", "status", "role"),
+    [
+        ("activate_user", "active", "user"),
+        ("activate_developer", "active", "developer"),
+        ("reject", "rejected", "user"),
+        ("keep_shadow", "shadow", "user"),
+    ],
+)
+def test_review_decisions_as_plain_functions(engine: Engine, decision: str, status: str, role: str) -> None:
+    runs, skill = _shadow(engine)
+    evidence = gather_evidence(engine, skill.id, config())
+    assert evidence.class_stats["executions"] == len(runs) and evidence.readiness["observations"] == 0
+    page = render_markdown(evidence)
+    assert "cancel my reservation 0" not in page and skill.id in page and evidence.content in page
+    outcome = apply_review_decision(engine, skill.id, decision, "dana", reason="checked", config=config())
+    assert (outcome.applied, outcome.status, outcome.injection_role) == (True, status, role)
+    last = _events(engine, skill.id)[-1]
+    assert last["actor"] == "dana" and last["details"]["review"] is True and last["details"]["decision"] == decision
+    assert _stamped(engine, skill.id) == (len(runs) if status == "active" else 0)
+
+
+def test_refused_review_decision_is_an_outcome(engine: Engine) -> None:
+    _runs, skill = _shadow(engine)
+    outcome = apply_review_decision(engine, skill.id, "activate_developer", "erin", config=config(require_shadow=False))
+    assert outcome.applied is False and outcome.status == "shadow"
+    assert outcome.reasons == ["developer authority requires require_shadow=True"]
+    with pytest.raises(ValueError):
+        apply_review_decision(engine, skill.id, "promote_anyway", "erin", config=config())
