@@ -134,3 +134,35 @@ def test_refused_review_decision_is_an_outcome(engine: Engine) -> None:
     assert outcome.reasons == ["developer authority requires require_shadow=True"]
     with pytest.raises(ValueError):
         apply_review_decision(engine, skill.id, "promote_anyway", "erin", config=config())
+
+
+def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    db = str(sqlite_engine.url)
+    _runs, skill = _shadow(sqlite_engine)
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str]:
+        res = runner.invoke(app, [*args, "--db", db])
+        return res.exit_code, res.output
+
+    code, out = run("readiness", skill.id[:8], "--json")
+    assert code == 0 and json.loads(out)["reasons"][0].startswith("observations 0 <")
+    code, out = run("review", skill.id)
+    assert code == 0 and "PREFECT_API_URL" in out.replace("\n", "")
+    code, out = run("activate", skill.id, "--role", "developer", "--actor", "ops", "--json")
+    assert code == 0 and json.loads(out) == {"skill_id": skill.id, "status": "active", "injection_role": "developer"}
+    code, out = run("reject", skill.id, "--reason", "late")
+    assert code == 2 and "cannot move" in out
+    code, out = run("demote", skill.id, "--reason", "tool output changed", "--json")
+    assert code == 0 and json.loads(out)["status"] == "demoted"
+    code, out = run("activate", "0000000000")
+    assert code == 2 and "not found" in out
+    assert _events(sqlite_engine, skill.id)[-1]["actor"] != "ops"  # demote defaulted to cli:<login>
+    assert _events(sqlite_engine, skill.id)[-1]["actor"].startswith("cli")

@@ -1,0 +1,178 @@
+"""``skillflow readiness | activate | reject | demote | review``: the reviewer's side of the lifecycle."""
+
+from __future__ import annotations
+
+import getpass
+from typing import Annotated, Any, Literal
+
+import typer
+from sqlalchemy import Engine, select
+
+from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
+from skillflow.config import load_promotion_config
+from skillflow.lifecycle import ActivationRefused, activate_skill, demote_skill, reject_skill
+from skillflow.readiness import get_shadow_readiness
+from skillflow.storage.schema import skillbox
+from skillflow.storage.skills import InvalidTransition, SkillRecord
+
+DEPLOYMENT = "activation-review/activation-review"
+IdArg = Annotated[str, typer.Argument(help="Skill id (or a unique prefix of at least 6 characters).")]
+ActorOption = Annotated[str | None, typer.Option("--actor", help="Who decides (default: cli:<login name>).")]
+ReasonOption = Annotated[str, typer.Option("--reason", help="Why (stored on the skill and in its event).")]
+
+
+def _actor(actor: str | None) -> str:
+    if actor:
+        return actor
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def lookup_id(engine: Engine, skill_id: str) -> str | None:
+    """The full id for an id or a unique prefix (at least 6 characters); None when unknown."""
+    with engine.connect() as conn:
+        if conn.execute(select(skillbox.c.id).where(skillbox.c.id == skill_id)).first():
+            return skill_id
+        if len(skill_id) < 6:
+            return None
+        rows = conn.execute(select(skillbox.c.id).where(skillbox.c.id.startswith(skill_id, autoescape=True)).limit(2))
+        found = [str(r[0]) for r in rows]
+    if len(found) > 1:
+        fail(f"skill id prefix {skill_id!r} is ambiguous")
+    return found[0] if found else None
+
+
+def resolve_id(engine: Engine, skill_id: str) -> str:
+    """Like :func:`lookup_id` but exits with a message when the skill is unknown."""
+    full = lookup_id(engine, skill_id)
+    if full is None:
+        fail(f"skill {skill_id} not found")
+    return str(full)
+
+
+def _done(skill: SkillRecord, json: bool, verb: str) -> None:
+    if json:
+        print_json({"skill_id": skill.id, "status": skill.status, "injection_role": skill.injection_role})
+        return
+    console.print(
+        f"{verb} [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}): {skill.status}, {skill.injection_role}"
+    )
+
+
+@app.command("readiness")
+def readiness_cmd(skill_id: IdArg, db: DbOption = None, json: JsonOption = False) -> None:
+    """Advisory shadow readiness of a skill (observations, match and success rates, reasons). Changes nothing."""
+    engine = engine_for(db)
+    full = lookup_id(engine, skill_id) or skill_id
+    with engine.connect() as conn:
+        result = get_shadow_readiness(conn, full, load_promotion_config())
+    if json:
+        print_json(result)
+        return
+    head = "[green]ready[/green]" if result["ready"] else "[yellow]not ready[/yellow]"
+    console.print(
+        f"{head} (advisory): observations {result['observations']}, "
+        f"trajectory match {result['trajectory_match_rate']:.2f}, matched success {result['matched_success_rate']:.2f}"
+    )
+    for reason in result["reasons"]:
+        console.print(f"  - {reason}")
+
+
+@app.command("activate")
+def activate_cmd(
+    skill_id: IdArg,
+    role: Annotated[
+        str, typer.Option("--role", help="Injection authority: user (default) or developer (needs shadow review).")
+    ] = "user",
+    actor: ActorOption = None,
+    db: DbOption = None,
+    json: JsonOption = False,
+) -> None:
+    """SHADOW → ACTIVE with the chosen role; re-checks the tools and backfills the class's stamps."""
+    if role not in ("user", "developer"):
+        fail("--role must be user or developer")
+    engine = engine_for(db)
+    full = resolve_id(engine, skill_id)
+    chosen: Literal["user", "developer"] = "developer" if role == "developer" else "user"
+    try:
+        skill = activate_skill(engine, full, chosen, actor=_actor(actor), config=load_promotion_config())
+    except ActivationRefused as exc:
+        fail("activation refused: " + "; ".join(exc.reasons))
+        return
+    except InvalidTransition as exc:
+        fail(str(exc))
+        return
+    _done(skill, json, "activated")
+
+
+@app.command("reject")
+def reject_cmd(
+    skill_id: IdArg, reason: ReasonOption, actor: ActorOption = None, db: DbOption = None, json: JsonOption = False
+) -> None:
+    """SHADOW/CANDIDATE → REJECTED with a reason (the class can be re-distilled later as a new version)."""
+    engine = engine_for(db)
+    full = resolve_id(engine, skill_id)
+    try:
+        skill = reject_skill(engine, full, reason, actor=_actor(actor))
+    except (InvalidTransition, ValueError) as exc:
+        fail(str(exc))
+        return
+    _done(skill, json, "rejected")
+
+
+@app.command("demote")
+def demote_cmd(
+    skill_id: IdArg, reason: ReasonOption, actor: ActorOption = None, db: DbOption = None, json: JsonOption = False
+) -> None:
+    """ACTIVE → DEMOTED with a reason; its runs are released back to workflow retrieval."""
+    engine = engine_for(db)
+    full = resolve_id(engine, skill_id)
+    try:
+        skill = demote_skill(engine, full, reason, actor=_actor(actor))
+    except (InvalidTransition, ValueError) as exc:
+        fail(str(exc))
+        return
+    _done(skill, json, "demoted")
+
+
+@app.command("review")
+def review_cmd(
+    skill_id: IdArg,
+    timeout: Annotated[int, typer.Option("--timeout", help="Seconds before an unanswered review keeps shadow.")] = 3600,
+    db: DbOption = None,
+    json: JsonOption = False,
+) -> None:
+    """Start the activation-review flow for a skill on the configured Prefect server (or say how to)."""
+    engine = engine_for(db)
+    full = resolve_id(engine, skill_id)
+    from prefect.settings import PREFECT_API_URL
+
+    api = PREFECT_API_URL.value()
+    params = {"params": {"database_url": database_url(db), "skill_id": full, "timeout_seconds": timeout}}
+    if not api:
+        hint = (
+            "No Prefect server is configured (PREFECT_API_URL is unset). Start one and the deployments with "
+            "`prefect server start` and `skillflow serve`, export PREFECT_API_URL=http://127.0.0.1:4200/api, then run "
+            f"`skillflow review {full}` again, or start it from the UI (deployment {DEPLOYMENT}). "
+            f"To decide from the terminal instead: `skillflow readiness {full}`, `skillflow activate {full} "
+            f"[--role developer]` or `skillflow reject {full} --reason ...`."
+        )
+        if json:
+            print_json({"started": False, "skill_id": full, "hint": hint})
+        else:
+            console.print(hint)
+        return
+    from prefect.deployments import run_deployment
+
+    try:
+        run: Any = run_deployment(DEPLOYMENT, parameters=params, timeout=0)  # sync call returns a FlowRun
+    except Exception as exc:  # noqa: BLE001 - any API failure becomes one readable line
+        fail(f"could not start {DEPLOYMENT}: {type(exc).__name__}: {exc}")
+        return
+    ui = str(api).rstrip("/").removesuffix("/api")
+    if json:
+        print_json({"started": True, "skill_id": full, "flow_run_id": str(run.id)})
+        return
+    console.print(f"review started: flow run {run.id} — answer the form at {ui}/runs/flow-run/{run.id}")
