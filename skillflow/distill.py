@@ -69,31 +69,46 @@ def provenance(evidence: Evidence, distiller: str, prompt_version: str) -> dict[
     }
 
 
+LOOKUP_VERBS = frozenset({"get", "search", "list", "find", "lookup", "fetch", "read", "calculate", "check", "think"})
+GENERIC_TOOL_TOKENS = frozenset({"get", "details", "to", "info", "data", "by", "for", "of"})
+VERB_PHRASES = {"get": "look up", "lookup": "look up", "fetch": "look up", "read": "look up", "list": "list"}
+
+
+def main_tool(tools: list[str]) -> str:
+    """The tool that carries the intent: the last one that changes something, else the last lookup."""
+    for tool in reversed(tools):
+        if tool.lower().split("_")[0] not in LOOKUP_VERBS:
+            return tool
+    return tools[-1]
+
+
 def _intent_words(queries: list[str], tools: list[str], literals: set[str]) -> list[str]:
+    """Words naming the intent: query words shared by at least half the requests that also name a tool
+    (``cancel``, ``reservation``); when fewer than two, the words of the main tool's name."""
     lowered_literals = {lit.casefold() for lit in literals}
-    tool_tokens = {tok for t in tools for tok in t.lower().split("_")}
+    tool_tokens = {tok for t in tools for tok in t.lower().split("_")} - GENERIC_TOOL_TOKENS
     docs = [_WORD.findall(_PLACEHOLDER.sub(" ", q.lower())) for q in queries]
     df: Counter[str] = Counter()
     positions: dict[str, list[float]] = {}
     for words in docs:
         for i, w in enumerate(words):
-            if w in FILLER or len(w) < 3 or w in lowered_literals:
-                continue
-            positions.setdefault(w, []).append(i / max(1, len(words)))
+            if w in tool_tokens and w not in FILLER and w not in lowered_literals:
+                positions.setdefault(w, []).append(i / max(1, len(words)))
         df.update({w for w in words if w in positions})
     floor = max(1, math.ceil(len(docs) / 2))
-    scored = [(df[w] + (0.5 * len(docs) if w in tool_tokens else 0.0), w) for w in df if df[w] >= floor]
-    chosen = [w for _, w in sorted(scored, key=lambda x: (-x[0], x[1]))[:MAX_NAME_WORDS]]
+    chosen = [w for w, n in sorted(df.items(), key=lambda x: (-x[1], x[0])) if n >= floor][:MAX_NAME_WORDS]
     chosen.sort(key=lambda w: sum(positions[w]) / len(positions[w]))
-    if not chosen and tools:
-        chosen = [t for t in tools[-1].lower().split("_") if t and t not in lowered_literals][:MAX_NAME_WORDS]
+    if len(chosen) < 2 and tools:
+        tokens = [t for t in main_tool(tools).lower().split("_") if t and t not in lowered_literals]
+        chosen = [t for t in tokens if t not in GENERIC_TOOL_TOKENS or t == tokens[0]][: MAX_NAME_WORDS + 1]
     return chosen
 
 
 def _phrase(words: list[str], tools: list[str]) -> str:
     verbs = {t.lower().split("_")[0] for t in tools}
     if len(words) >= 2 and words[0] in verbs:
-        return f"to {words[0]} a {' '.join(words[1:])}"
+        verb = VERB_PHRASES.get(words[0], words[0])
+        return f"to {verb} a {' '.join(words[1:])}"
     return f"about {' '.join(words)}" if words else "about this procedure"
 
 

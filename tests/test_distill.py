@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
+from skillflow import canonical
 from skillflow.config import Settings
 from skillflow.distill import OfflineDistiller, get_distiller
-from skillflow.evidence import EvidenceRun
+from skillflow.evidence import ClassStats, Evidence, EvidenceRun
+from skillflow.ingest.tau_bench import parse_tau_bench
 from skillflow.judge import OfflineJudge, get_judge
+from skillflow.models import RunInput
 from skillflow.redact import find_literals, source_literals
 from skillflow.skillmd import parse_skill_md
 from skillflow.validation import validate_skill
@@ -113,3 +118,59 @@ def test_factories_default_to_offline() -> None:
     settings = Settings(distiller="offline", judge="offline")
     assert isinstance(get_distiller(settings), OfflineDistiller)
     assert isinstance(get_judge(settings), OfflineJudge)
+
+
+def test_every_tau_bench_class_distills_to_a_valid_leak_free_skill(tau_bench_path: Path, tmp_path: Path) -> None:
+    """On the real τ-bench airline turns: every frequent class's offline skill passes the whole gate."""
+    from skills_ref.validator import validate as agentskills_validate
+
+    runs = parse_tau_bench(tau_bench_path)
+    classes: dict[str, list[tuple[RunInput, bool]]] = defaultdict(list)
+    for run in runs:
+        units = canonical.signature(run.steps)
+        chash = canonical.canonical_hash(units)
+        if chash:
+            classes[chash].append((run, canonical.execution_succeeded(units, None)))
+    toolbox = sorted({s.tool for r in runs for s in r.steps})
+    frequent = sorted((c for c in classes.items() if len(c[1]) >= 5), key=lambda c: -len(c[1]))[:12]
+    assert len(frequent) >= 8
+    names = []
+    for chash, members in frequent:
+        ev = _evidence(chash, members, toolbox)
+        outcome = OfflineDistiller().distill(ev, 4000)
+        if not ev.successes:  # an always-erroring procedure is never distilled
+            assert outcome.insufficient and outcome.reasons == ["no successful runs in the evidence"]
+            continue
+        assert outcome.skill_md is not None, outcome.reasons
+        result = validate_skill(outcome.skill_md, ev, OfflineJudge(), 4000)
+        assert result.ok, (chash, result.reasons)
+        assert find_literals(outcome.skill_md, source_literals(ev)) == []
+        skill_dir = tmp_path / chash[:8] / result.parsed.name  # type: ignore[union-attr]  # ok implies parsed
+        skill_dir.mkdir(parents=True)
+        (skill_dir / "SKILL.md").write_text(outcome.skill_md, encoding="utf-8")
+        assert agentskills_validate(skill_dir) == []
+        names.append(result.parsed.name)  # type: ignore[union-attr]  # ok implies parsed
+    assert len(names) >= 8 and "cancel-reservation" in names
+
+
+def _evidence(chash: str, members: list[tuple[RunInput, bool]], toolbox: list[str]) -> Evidence:
+    def as_run(i: int, run: RunInput, ok: bool) -> EvidenceRun:
+        steps = [
+            {
+                "tool": s.tool,
+                "arguments": s.arguments,
+                "result": s.result,
+                "error": s.error,
+                "error_class": s.error_class,
+            }
+            for s in run.steps
+        ]
+        return EvidenceRun(run.run_id or str(i), run.query, steps, "success" if ok else "failure", T0)
+
+    good = [as_run(i, r, ok) for i, (r, ok) in enumerate(members) if ok]
+    bad = [as_run(i, r, ok) for i, (r, ok) in enumerate(members) if not ok]
+    units = canonical.signature(members[0][0].steps)
+    stats = ClassStats("tau", "shared", chash, len(members), len(good), len(bad), 0, len(good) / len(members),
+                       len({canonical.normalize_query(r.query) for r, _ in members}), T0, T0,
+                       canonical.tool_sequence(units))  # fmt: skip
+    return Evidence(stats, [u.as_hashable() for u in units], good[-5:], bad[-2:], toolbox)
