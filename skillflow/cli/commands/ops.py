@@ -1,0 +1,144 @@
+"""Operations: ``skillflow quality``, ``serve``, ``status`` and ``events``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from skillflow.cli.app import AgentOption, DbOption, JsonOption, app, console, database_url, engine_for, print_json
+
+ReportDirOption = Annotated[str, typer.Option("--report-dir", help="Folder for the self-contained HTML report.")]
+PrefectApiOption = Annotated[
+    str | None,
+    typer.Option(
+        "--prefect-api",
+        envvar="PREFECT_API_URL",
+        help="Prefect API URL for flow-run states (default: $PREFECT_API_URL).",
+    ),
+]
+
+
+@app.command("quality")
+def quality_cmd(
+    db: DbOption = None,
+    json: JsonOption = False,
+    report_dir: ReportDirOption = ".skillflow/reports",
+    fragmentation_warn_per_100: Annotated[
+        float,
+        typer.Option("--fragmentation-warn", min=0.01, max=100, help="Warn above this many classes per 100 runs."),
+    ] = 50.0,
+    fragmentation_min_runs: Annotated[
+        int, typer.Option("--fragmentation-min-runs", min=1, help="Tenants with fewer hashed runs are not judged.")
+    ] = 20,
+) -> None:
+    """Run the data-quality suites now; print the summary and the HTML report path (exit 1 on blocking failures)."""
+    from skillflow.quality import QualityOptions, run_and_store
+
+    engine_for(db).dispose()  # migrated first, like every command
+    options = QualityOptions.model_validate(
+        {"fragmentation_warn_per_100": fragmentation_warn_per_100, "fragmentation_min_runs": fragmentation_min_runs}
+    )
+    report = run_and_store(database_url(db), options, report_dir)
+    if json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        verdict = (
+            "[green]PASSED[/green]" if report.passed else f"[red]FAILED[/red] ({report.blocking_failures} blocking)"
+        )
+        console.print(f"Data quality {verdict}: {len(report.checks)} checks, {report.warnings} warning(s)")
+        failed = [c for c in report.checks if c.status != "passed"]
+        if failed:
+            table = Table(show_lines=False)
+            for col in ("severity", "check", "unexpected", "sample / error"):
+                table.add_column(col, overflow="fold")
+            for c in failed:
+                count = "" if c.unexpected_count is None else str(c.unexpected_count)
+                table.add_row(c.severity, c.id, count, c.error or ", ".join(c.sample[:5]))
+            console.print(table)
+        console.print(f"HTML report: {report.html_path}")
+    if not report.passed:
+        raise typer.Exit(1)
+
+
+@app.command("serve")
+def serve_cmd(db: DbOption = None) -> None:
+    """Serve every flow as a deployment (cron from config/skillflow.toml) against $PREFECT_API_URL."""
+    from flows.serve import serve_all
+
+    engine_for(db).dispose()
+    serve_all(database_url(db))
+
+
+def _skills_cell(skills: dict[str, dict[str, int]]) -> str:
+    parts = []
+    for status in sorted(skills):
+        roles = ", ".join(f"{role} {n}" for role, n in sorted(skills[status].items()))
+        parts.append(f"{status}: {roles}")
+    return "; ".join(parts) or "—"
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "—"
+
+
+@app.command("status")
+def status_cmd(
+    db: DbOption = None, json: JsonOption = False, agent_id: AgentOption = None, prefect_api: PrefectApiOption = None
+) -> None:
+    """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow."""
+    from skillflow.config import load_promotion_config
+    from skillflow.status import collect_status
+
+    engine = engine_for(db)
+    status = collect_status(engine, load_promotion_config(), agent_id, prefect_api)
+    if json:
+        print_json(status)
+        return
+    tenants = Table(title="Tenants")
+    for col in ("agent", "user", "runs", "classes", "eligible", "skills (status: role n)", "outbox"):
+        tenants.add_column(col, justify="right" if col in ("runs", "classes", "eligible", "outbox") else "left")
+    for t in status["tenants"]:
+        tenants.add_row(t["agent_id"], t["user_id"], str(t["runs"]), str(t["classes"]), str(t["eligible_classes"]),
+                        _skills_cell(t["skills"]), str(t["outbox_backlog"]))  # fmt: skip
+    if status["tenants"]:
+        console.print(tenants)
+        console.print(f"eligible classes by: {status['tenants'][0]['eligibility_method']}")
+    else:
+        console.print("No runs or skills stored yet.")
+    flows = Table(title="Flows" + ("" if prefect_api else " (no Prefect API configured: states unknown)"))
+    for col in ("flow", "last report", "report flow run", "state", "last run", "flow run"):
+        flows.add_column(col, no_wrap=col == "flow")
+    for f in status["flows"]:
+        flows.add_row(f["flow"], _when(f["last_report_at"]), f["last_report_flow_run_id"] or "—", f["state"],
+                      _when(f["last_run_at"]), f["last_flow_run_id"] or "—")  # fmt: skip
+    console.print(flows)
+
+
+@app.command("events")
+def events_cmd(
+    db: DbOption = None,
+    skill: Annotated[str | None, typer.Option("--skill", help="Only this skill id.")] = None,
+    agent_id: AgentOption = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="Newest N events.")] = 50,
+    json: JsonOption = False,
+) -> None:
+    """The skill lifecycle log, newest first: who, what, when, why, and the flow run that did it."""
+    from skillflow.status import list_events
+
+    events = list_events(engine_for(db), skill, agent_id, limit)
+    if json:
+        print_json({"events": events})
+        return
+    if not events:
+        console.print("No lifecycle events.")
+        return
+    table = Table(title="Lifecycle events")
+    for col in ("when", "skill", "tenant", "event", "from → to", "actor", "reason", "flow run"):
+        table.add_column(col, overflow="fold")
+    for e in events:
+        move = f"{e['from_status'] or '—'} → {e['to_status'] or '—'}"
+        table.add_row(_when(e["created_at"]), e["skill_id"], f"{e['agent_id']}/{e['user_id']}", e["event"], move,
+                      e["actor"], e["reason"] or "", e["flow_run_id"] or "")  # fmt: skip
+    console.print(table)
