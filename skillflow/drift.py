@@ -2,10 +2,13 @@
 
 ``skill_activations`` is the normalized index of ``workflow_memory.skills_activated``, written in each
 run's own transaction and holding ACTIVE ids only, so SHADOW ids can never count and concurrent writers
-never lose an update. Figures are recomputed, never incremented: counts use the
-``(skill_id, created_at)`` index restricted to the skill's current active life, and the rolling window is
-``ORDER BY created_at DESC LIMIT w`` — the cost follows the skill's own activations, not the history of
-the workflow table.
+never lose an update. The rolling window — the only input of the demotion rule besides the grace
+count — is recomputed exactly each time with ``ORDER BY created_at DESC LIMIT w`` on the
+``(skill_id, created_at)`` index. Cumulative counts (activations, successes, failures, deviations) are
+advanced from a per-skill watermark kept in ``stats["active"]`` (the newest ``(created_at, run_id)``
+counted), reading only activations after it, so a check costs O(new activations + w), never O(history).
+A run stored later with a ``created_at`` older than the watermark (a backdated import) still enters the
+window but not the cumulative counts; ``recount=True`` rebuilds them from scratch.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class ActiveFigures:
     window_successes: int
     rolling_success_rate: float | None
     since: str | None
+    watermark: str | None = None
+    watermark_run: str | None = None
 
     def as_stats(self, baseline: float | None, flagged: bool, checked_at: datetime) -> dict[str, Any]:
         out = asdict(self)
@@ -59,20 +64,39 @@ class DriftDecision:
     grace: bool
 
 
-def active_figures(conn: Connection, skill: SkillRecord, window: int) -> ActiveFigures:
-    """Counts since activation plus the last ``window`` known outcomes, two indexed queries."""
+def _after(cond: list[Any], previous: dict[str, Any]) -> list[Any]:
     sa = skill_activations.c
-    cond = [sa.skill_id == skill.id]
+    mark = datetime.fromisoformat(previous["watermark"])
+    return [*cond, (sa.created_at > mark) | ((sa.created_at == mark) & (sa.run_id > previous["watermark_run"]))]
+
+
+def active_figures(conn: Connection, skill: SkillRecord, window: int, recount: bool = False) -> ActiveFigures:
+    """Counts since activation (incremental from the stored watermark) plus the last ``window`` known outcomes."""
+    sa = skill_activations.c
+    cond: list[Any] = [sa.skill_id == skill.id]
+    since = skill.activated_at.isoformat() if skill.activated_at else None
     if skill.activated_at is not None:
         cond.append(sa.created_at >= skill.activated_at)
+    previous = dict((skill.stats or {}).get("active") or {})
+    incremental = not recount and previous.get("since") == since and previous.get("watermark") is not None
+    # Read the new watermark first and count up to it, so a row committed meanwhile is counted next time.
+    newest = conn.execute(
+        select(sa.created_at, sa.run_id).where(*cond).order_by(sa.created_at.desc(), sa.run_id.desc()).limit(1)
+    ).first()
+    upto: list[Any] = []
+    if newest is not None:
+        upto = [(sa.created_at < newest[0]) | ((sa.created_at == newest[0]) & (sa.run_id <= newest[1]))]
     counts = conn.execute(
         select(
             func.count().label("n"),
             func.coalesce(func.sum(case((sa.outcome == "success", 1), else_=0)), 0).label("ok"),
             func.coalesce(func.sum(case((sa.outcome == "failure", 1), else_=0)), 0).label("ko"),
             func.coalesce(func.sum(case((sa.canonical_hash == skill.canonical_hash, 0), else_=1)), 0).label("dev"),
-        ).where(*cond)
+        ).where(*(_after(cond, previous) if incremental else cond), *upto)
     ).one()
+    base = {k: int(previous.get(k, 0)) for k in ("activations", "successes", "failures", "deviations")}
+    if not incremental:
+        base = dict.fromkeys(base, 0)
     recent = (
         conn.execute(
             select(sa.outcome)
@@ -84,17 +108,24 @@ def active_figures(conn: Connection, skill: SkillRecord, window: int) -> ActiveF
         .all()
     )
     ok_recent = sum(1 for o in recent if o == "success")
-    n, ok, ko = int(counts.n), int(counts.ok), int(counts.ko)
+    n, ok, ko = (
+        base["activations"] + int(counts.n),
+        base["successes"] + int(counts.ok),
+        base["failures"] + int(counts.ko),
+    )
+    keep_mark = incremental and newest is not None and int(counts.n) == 0
     return ActiveFigures(
         activations=n,
         successes=ok,
         failures=ko,
         unknown=n - ok - ko,
-        deviations=int(counts.dev),
+        deviations=base["deviations"] + int(counts.dev),
         window=len(recent),
         window_successes=ok_recent,
         rolling_success_rate=(ok_recent / len(recent)) if recent else None,
-        since=skill.activated_at.isoformat() if skill.activated_at else None,
+        since=since,
+        watermark=previous["watermark"] if keep_mark else (newest[0].isoformat() if newest else None),
+        watermark_run=previous["watermark_run"] if keep_mark else (str(newest[1]) if newest else None),
     )
 
 

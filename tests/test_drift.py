@@ -109,3 +109,19 @@ def test_grace_period_and_deviation_flag(engine: Engine) -> None:
     with engine.connect() as conn:
         active = (get_skill(conn, skill.id).stats or {})["active"]
     assert active["deviations"] == 6 and active["deviation_flag"] is True and active["deviation_rate"] == 0.6
+
+
+def test_counts_advance_from_the_watermark(engine: Engine) -> None:
+    _source, skill = _active(engine)
+    _activate_runs(engine, skill.id, [True] * 5)
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        first = (get_skill(conn, skill.id).stats or {})["active"]
+    assert first["activations"] == 5 and first["watermark"] and first["watermark_run"]
+    run_drift(engine, config())  # nothing new: same figures, same watermark
+    _activate_runs(engine, skill.id, [False, True], start=20)
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert (active["activations"], active["successes"], active["failures"]) == (7, 6, 1)
+    assert active["watermark"] > first["watermark"] and active["window"] == 7
