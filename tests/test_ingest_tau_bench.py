@@ -53,9 +53,9 @@ def test_error_class_strips_values_and_is_stable() -> None:
 
 @pytest.fixture
 def tau_subset(tau_bench_path: Path, tmp_path: Path) -> Path:
-    """The first 40 conversations (tasks 0-9), to keep the database round trips of this test small."""
+    """The first 20 conversations (tasks 0-4), to keep the database round trips of this test small."""
     path = tmp_path / "tau-subset.json"
-    path.write_text(json.dumps(json.loads(tau_bench_path.read_text(encoding="utf-8"))[:40]), encoding="utf-8")
+    path.write_text(json.dumps(json.loads(tau_bench_path.read_text(encoding="utf-8"))[:20]), encoding="utf-8")
     return path
 
 

@@ -107,19 +107,19 @@ def test_held_out_tasks_are_deterministic() -> None:
 
 
 def test_simulation_is_deterministic_and_recorded(engine: Engine) -> None:
-    a = simulate_runs(_sf(engine, "sim-a"), 80, seed=3, start=START)
-    b = simulate_runs(_sf(engine, "sim-b"), 80, seed=3, start=START)
+    a = simulate_runs(_sf(engine, "sim-a"), 50, seed=3, start=START)
+    b = simulate_runs(_sf(engine, "sim-b"), 50, seed=3, start=START)
     key = [(r.intent, r.procedure, r.query, r.canonical_hash, r.outcome) for r in a.records]
     assert key == [(r.intent, r.procedure, r.query, r.canonical_hash, r.outcome) for r in b.records]
-    assert a.stored == 80 and len({r.query for r in a.records}) > 70
+    assert a.stored == 50 and len({r.query for r in a.records}) > 45
     rows = _rows(engine, "sim-a")
     assert (
-        len(rows) == 80 and rows[0]["created_at"] == START and rows[-1]["created_at"] == START + timedelta(minutes=79)
+        len(rows) == 50 and rows[0]["created_at"] == START and rows[-1]["created_at"] == START + timedelta(minutes=49)
     )
     assert {r["metadata"]["intent"] for r in rows} == set(INTENTS)
-    again = simulate_runs(_sf(engine, "sim-a"), 80, seed=3, start=START)  # same ids: converges
-    assert again.stored == 80 and len(_rows(engine, "sim-a")) == 80
-    c = simulate_runs(_sf(engine, "sim-c"), 80, seed=4, start=START)
+    again = simulate_runs(_sf(engine, "sim-a"), 50, seed=3, start=START)  # same ids: converges
+    assert again.stored == 50 and len(_rows(engine, "sim-a")) == 50
+    c = simulate_runs(_sf(engine, "sim-c"), 50, seed=4, start=START)
     assert [r.query for r in c.records] != [r.query for r in a.records]
 
 
