@@ -9,7 +9,7 @@ import pytest
 from promotion_fixtures import AGENT, agent, counts, offline_providers, record_cancel  # noqa: F401 - autouse fixture
 from sqlalchemy import Engine, select
 
-from skillflow import promotion, retrieval
+from skillflow import promotion, retrieval, store
 from skillflow.gates import COVERED
 from skillflow.promotion import LEASE_HELD, gather_evidence, run_cycle, store_skill, validate_draft
 from skillflow.storage.schema import leases, reports, skill_events, skillbox, workflow_memory
@@ -83,7 +83,7 @@ def test_unique_live_key_holds_without_the_lease(engine: Engine, monkeypatch: py
     with engine.connect() as conn:
         assert len(list_skills(conn, AGENT, "u1")) == 1
     # Even when the pre-check misses the live skill, the unique live_key rejects the insert.
-    monkeypatch.setattr(promotion, "live_skill_for_class", lambda *args: None)
+    monkeypatch.setattr(store, "live_skill_for_class", lambda *args: None)
     late = store_skill(engine, evidence, outcome, validation, sf.config)
     assert (late.decision, late.reasons) == ("skipped", [COVERED])
     with engine.connect() as conn:
