@@ -158,11 +158,19 @@ def write_run(
     """Insert one normalized run (idempotent on ``run_id``) with identity, outcome, stamp and outbox flag."""
     assert run.run_id is not None and run.created_at is not None
     existing = conn.execute(
-        select(workflow_memory.c.canonical_hash, workflow_memory.c.outcome, workflow_memory.c.promoted_skill_id).where(
-            workflow_memory.c.id == run.run_id
-        )
+        select(
+            workflow_memory.c.canonical_hash,
+            workflow_memory.c.outcome,
+            workflow_memory.c.promoted_skill_id,
+            workflow_memory.c.agent_id,
+            workflow_memory.c.user_id,
+        ).where(workflow_memory.c.id == run.run_id)
     ).first()
-    if existing is not None:  # a retried capture converges on the row already written
+    if existing is not None:
+        if (existing[3], existing[4]) != (run.agent_id, run.user_id):
+            # Never confirm, or reveal, another tenant's run.
+            return CaptureResult(run.run_id, False, error="run_id is already used by another agent or user")
+        # A retried capture converges on the row already written.
         return CaptureResult(run.run_id, True, existing[0], existing[1], existing[2])
     units = canonical.signature(run.steps, config.noop_tools)
     chash = canonical.canonical_hash(units)

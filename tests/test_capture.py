@@ -111,6 +111,8 @@ def test_capture_is_idempotent_on_run_id(engine: Engine) -> None:
     assert a.stored and b.stored and a.canonical_hash == b.canonical_hash
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(workflow_memory)).scalar() == 1
+    other = Skillflow(agent_id="other-agent", engine=engine).record_run("q", "u1", _steps(), run_id="run-1")
+    assert not other.stored and other.error == "run_id is already used by another agent or user"
 
 
 def test_unknown_or_foreign_skill_ids_are_not_recorded(engine: Engine) -> None:
