@@ -12,15 +12,14 @@ from tasks.common import engine_for, retry_transient
 
 REPORT_KEY = "promotion-report"
 GATES_KEY = "promotion-gates"
-RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": retry_transient}
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]  # the shared retry options
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def collect_review_flags(database_url: str | None, agent_id: str, user_id: str) -> list[str]:
     return promotion.review_flags(engine_for(database_url), agent_id, user_id)
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def finish_report(database_url: str | None, report: PromotionReport, mark: bool) -> str | None:
     """Store the report and mark the cycle in one idempotent transaction (nothing in a dry run)."""
     return promotion.finish_partition(engine_for(database_url), report, mark)

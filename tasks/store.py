@@ -15,21 +15,19 @@ from skillflow.storage import leases
 from tasks.common import engine_for, retry_transient
 from tasks.distillation import Draft
 
-RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": retry_transient}
 
-
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]  # the shared retry options
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def acquire_lease(database_url: str | None, agent_id: str, user_id: str, holder: str) -> bool:
     name = promotion.lease_name(agent_id, user_id)
     return leases.acquire(engine_for(database_url), name, holder, promotion.LEASE_TTL_SECONDS)
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def release_lease(database_url: str | None, agent_id: str, user_id: str, holder: str) -> None:
     leases.release(engine_for(database_url), promotion.lease_name(agent_id, user_id), holder)
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def store_candidate(
     database_url: str | None,
     draft: Draft,
@@ -50,7 +48,7 @@ def store_candidate(
     )
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
 def reject_candidate(
     database_url: str | None, stats: ClassStats, cycle: int, reasons: list[str], config: PromotionConfig
 ) -> ClassResult:
