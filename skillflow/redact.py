@@ -45,6 +45,10 @@ _PLACEHOLDER = re.compile(r"<[a-z ]+>")
 _QUERY_CODE_ALLOW = frozenset({"I", "OK", "USA", "FAQ", "ASAP", "PIN"})
 
 
+class RedactionError(RuntimeError):
+    """A literal would have left the redaction boundary; nothing is sent."""
+
+
 def _is_id_like(text: str) -> bool:
     return bool(_ID_TOKEN.fullmatch(text)) or bool(re.fullmatch(r"[0-9a-fA-F-]{16,}", text))
 
@@ -298,7 +302,3 @@ def redacted_evidence(evidence: Evidence) -> dict[str, Any]:
 def placeholders(text: str) -> list[str]:
     """The ``<shape>`` placeholders in a text, in order."""
     return _PLACEHOLDER.findall(text)
-
-
-class RedactionError(RuntimeError):
-    """A literal would have left the redaction boundary; nothing is sent."""
