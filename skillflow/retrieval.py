@@ -24,6 +24,7 @@ from skillflow.storage.schema import skill_vectors, skillbox
 from skillflow.storage.skills import SkillRecord
 
 PROFILE = "profile"
+SPARE = 4
 TRIGGER = "trigger"
 
 # Inline fallback for REFERENCE §7 until ``sql/oracle/queries/search_skills.sql`` exists.
@@ -153,13 +154,14 @@ class _TenantCache:
 CACHE = _TenantCache()
 
 
-def _stamp(conn: Connection, agent_id: str, user_id: str, status: str) -> tuple[Any, ...]:
-    row = conn.execute(
-        select(func.count(), func.max(skillbox.c.updated_at)).where(
-            skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id, skillbox.c.status == status
-        )
-    ).one()
-    return (int(row[0]), row[1])
+def _stamp(conn: Connection, agent_id: str, user_id: str) -> tuple[Any, ...]:
+    # Every status change, vector rewrite and stats update bumps skillbox.updated_at, so the newest
+    # updated_at of the tenant (any status) versions its matrix; with an index on (agent_id, user_id,
+    # updated_at) this is one index seek. Skills are never deleted; the row fetch re-checks status anyway.
+    newest = conn.execute(
+        select(func.max(skillbox.c.updated_at)).where(skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id)
+    ).scalar()
+    return (newest,)
 
 
 def _load_matrix(
@@ -199,7 +201,7 @@ def _rank_numpy(
     k: int,
     min_score: float,
 ) -> list[tuple[str, float]]:
-    stamp = _stamp(conn, agent_id, user_id, status)
+    stamp = _stamp(conn, agent_id, user_id)
     key = (agent_id, user_id, model_id, status)
     matrix = CACHE.get(conn.engine, key, stamp)
     if matrix is None:
@@ -262,8 +264,10 @@ def search_skills(
     if k <= 0:
         return []
     status = str(status.value if isinstance(status, SkillStatus) else status)
-    rank = _rank_oracle if conn.dialect.name == "oracle" else _rank_numpy
-    ranked = rank(conn, query_vec, model_id, agent_id, user_id, status, k, min_score)
+    if conn.dialect.name == "oracle":
+        ranked = _rank_oracle(conn, query_vec, model_id, agent_id, user_id, status, k, min_score)
+    else:  # a few spare candidates in case a cached skill left ``status`` since its matrix was stamped
+        ranked = _rank_numpy(conn, query_vec, model_id, agent_id, user_id, status, k + SPARE, min_score)
     if not ranked:
         return []
     rows = {
@@ -306,4 +310,4 @@ def search_skills(
                 description=row["description"],
             )
         )
-    return out
+    return out[:k]

@@ -1,0 +1,86 @@
+"""``skillflow bench retrieval``: skill search latency vs a numpy floor, embedding latency, precision@1."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from skillflow.cli.app import JsonOption, bench_app, console, fail, print_json
+
+
+def _ints(raw: str, option: str) -> list[int]:
+    try:
+        values = [int(x.replace("_", "")) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 1 for v in values):
+        fail(f"{option} must be comma-separated positive integers, got {raw!r}")
+    return values
+
+
+@bench_app.command("retrieval")
+def bench_retrieval(
+    skills: Annotated[
+        str, typer.Option("--skills", help="Comma-separated skills per tenant for latency.")
+    ] = "100,1000,10000",
+    pools: Annotated[
+        str, typer.Option("--pools", help="Comma-separated skills per tenant for precision.")
+    ] = "5,25,100",
+    embedder: Annotated[str, typer.Option("--embedder", help="minilm (default model), hashing or openai.")] = "minilm",
+    vectors_per_skill: Annotated[
+        int, typer.Option("--vectors-per-skill", min=1, max=65, help="Vectors per filler skill (1 profile + triggers).")
+    ] = 6,
+    queries: Annotated[int, typer.Option("--queries", min=10, help="Timed queries per size.")] = 300,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="Tenants (random pools) per precision size.")] = 5,
+    threshold: Annotated[float, typer.Option("--threshold", help="retrieval_min_similarity to apply.")] = 0.70,
+    tenant_index: Annotated[
+        bool,
+        typer.Option("--tenant-index/--no-tenant-index", help="Create the proposed (agent, user, updated_at) index."),
+    ] = True,
+    json: JsonOption = False,
+) -> None:
+    """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
+    from skillflow.bench.retrieval import run
+
+    def say(msg: str) -> None:
+        if not json:
+            console.print(f"[dim]{msg}…[/dim]")
+
+    result = run(
+        _ints(skills, "--skills"),
+        _ints(pools, "--pools"),
+        embedder,
+        vectors_per_skill,
+        queries,
+        rounds,
+        threshold,
+        tenant_index,
+        progress=say,
+    )
+    if json:
+        print_json(result.as_dict())
+        return
+    lat = Table(title=f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)")
+    for col in ("skills", "vectors", "p50 ms", "p95 ms", "floor p50", "floor p95", "cold load ms"):
+        lat.add_column(col, justify="right")
+    for r in result.latency:
+        lat.add_row(
+            f"{r.skills:,}", f"{r.vectors:,}", f"{r.p50_ms:.3f}", f"{r.p95_ms:.3f}",
+            f"{r.floor_p50_ms:.3f}", f"{r.floor_p95_ms:.3f}", f"{r.cold_load_ms:.0f}",
+        )  # fmt: skip
+    console.print(lat)
+    console.print(
+        f"query embedding ({result.embedder}): p50 {result.embed_p50_ms:.2f} ms, p95 {result.embed_p95_ms:.2f} ms"
+    )
+    prec = Table(title=f"precision on held-out paraphrases ({result.intents} intents, threshold {result.threshold})")
+    for col in ("skills/tenant", "queries", "precision@1", "hit@1", "wrong skill", "miss", "out-of-pool wrong"):
+        prec.add_column(col, justify="right")
+    for p in result.precision:
+        oop = f"{p.out_of_pool_wrong_rate:.3f} of {p.out_of_pool_queries}"
+        prec.add_row(
+            str(p.skills_per_tenant), str(p.queries), f"{p.precision_at_1:.3f}", f"{p.hit_at_1:.3f}",
+            f"{p.wrong_skill_rate:.3f}", f"{p.miss_rate:.3f}", oop,
+        )  # fmt: skip
+    console.print(prec)
