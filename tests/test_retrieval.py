@@ -187,3 +187,15 @@ def test_minilm_calibration_separates_paraphrases_from_near_misses(sqlite_engine
         assert score(near_miss) < 0.70, near_miss
     for unrelated in ("what's the weather in Paris", "reset my password"):
         assert score(unrelated) < 0.40, unrelated
+
+
+def test_bench_retrieval_runs_the_real_search_path() -> None:
+    from skillflow.bench.retrieval import run
+
+    result = run(sizes=(40,), pool_sizes=(5,), embedder_name="hashing", vectors_per_skill=3, repeats=20, rounds=1)
+    (row,) = result.latency
+    assert row.skills == 40 and row.vectors == 25 * 6 + 15 * 3 and row.queries == 20
+    assert row.floor_p50_ms > 0 and 0 < row.p50_ms <= row.p95_ms
+    (prec,) = result.precision
+    assert prec.queries == 5 * 3 and prec.out_of_pool_queries == 20 * 3
+    assert prec.hit_at_1 + prec.wrong_skill_rate + prec.miss_rate == pytest.approx(1.0)
