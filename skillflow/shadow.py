@@ -25,6 +25,7 @@ from skillflow.config import PromotionConfig
 from skillflow.embeddings import Embedder
 from skillflow.models import SkillStatus, WorkflowOutcome, utcnow
 from skillflow.retrieval import search_skills
+from skillflow.shadow_match import Candidate, load_tenant, top_k
 from skillflow.storage import outbox
 from skillflow.storage.outbox import PendingRun
 from skillflow.storage.schema import shadow_observations, skillbox
@@ -108,18 +109,63 @@ def evaluate_batch(
     if not todo:
         return out, failed
     vectors = embedder.embed([r.query for r in todo])
-    created: dict[str, datetime] = {}
     now = utcnow()
-    for run, vec in zip(todo, vectors, strict=True):
+    if conn.dialect.name == "oracle":  # ranks in SQL (VECTOR_DISTANCE), one search per run
+        created: dict[str, datetime] = {}
+        for run, vec in zip(todo, vectors, strict=True):
+            _guarded(
+                out,
+                failed,
+                run,
+                lambda r=run, v=vec: _evaluate_run(conn, r, v, config, embedder.model_id, created, now),
+            )
+        return out, failed
+    by_tenant: dict[tuple[str, str], list[int]] = {}
+    for i, run in enumerate(todo):
+        by_tenant.setdefault((run.agent_id, run.user_id), []).append(i)
+    for (agent_id, user_id), rows in by_tenant.items():
         try:
-            out[run.id] = _evaluate_run(conn, run, vec, config, embedder.model_id, created, now)
+            matrix = load_tenant(conn, agent_id, user_id, embedder.model_id)
+            ranked = top_k(matrix, vectors[rows], config.shadow_evaluation_max_candidates, config.shadow_threshold)
         except SQLAlchemyError:
             raise
-        except Exception as exc:  # noqa: BLE001 - one bad run must not block the outbox; it stays pending
-            log.warning("shadow evaluation of run %s failed: %s", run.id, type(exc).__name__)
-            del out[run.id]
-            failed.append(run.id)
+        except Exception as exc:  # noqa: BLE001 - e.g. mixed dimensions: the tenant's runs stay pending
+            log.warning("shadow matching for %d runs failed: %s", len(rows), type(exc).__name__)
+            for i in rows:
+                del out[todo[i].id]
+                failed.append(todo[i].id)
+            continue
+        for i, hits in zip(rows, ranked, strict=True):
+            run = todo[i]
+            _guarded(out, failed, run, lambda r=run, h=hits: _records(r, h, now))
     return out, failed
+
+
+def _guarded(out: dict[str, list[dict[str, Any]]], failed: list[str], run: PendingRun, fn: Any) -> None:
+    try:
+        out[run.id] = fn()
+    except SQLAlchemyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one bad run must not block the outbox; it stays pending
+        log.warning("shadow evaluation of run %s failed: %s", run.id, type(exc).__name__)
+        del out[run.id]
+        failed.append(run.id)
+
+
+def _records(run: PendingRun, hits: list[tuple[Candidate, float]], now: datetime) -> list[dict[str, Any]]:
+    done = {e.get("idempotency_key") for e in run.evaluations}
+    return [
+        shadow_record(
+            run,
+            skill_id=c.skill_id,
+            skill_version=c.version,
+            expected_hash=c.canonical_hash,
+            similarity=score,
+            evaluated_at=now,
+        )
+        for c, score in hits
+        if eligible(run, c.created_at, c.source_ids) and idempotency_key(run.id, c.skill_id) not in done
+    ]
 
 
 def _evaluate_run(
