@@ -166,3 +166,55 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
     assert code == 2 and "not found" in out
     assert _events(sqlite_engine, skill.id)[-1]["actor"] != "ops"  # demote defaulted to cli:<login>
     assert _events(sqlite_engine, skill.id)[-1]["actor"].startswith("cli")
+
+
+def test_requalification_after_drift_demotion(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """active → failing runs → drift demotion → stamps released → new successes → cycle → v2 with the reason."""
+    from skillflow import promotion
+    from skillflow.drift import run_drift
+    from tests.lifecycle_helpers import later
+
+    cfg = config(min_executions=5, min_distinct_queries=2, shadow_evaluation_enabled=False)
+    queries = [
+        "cancel my reservation",
+        "please cancel my booking",
+        "cancel the trip",
+        "I need to cancel",
+        "drop my booking",
+    ]
+    for i in range(6):
+        record(engine, queries[i % len(queries)] + f" {i}", at=earlier(1 - i * 0.01), cfg=cfg)
+    [first] = promotion.run_cycle(engine, config=cfg, force=True)
+    assert len(first.promoted) == 1, first
+    v1 = activate_skill(engine, first.promoted[0], actor="alice", config=cfg)
+    assert v1.version == 1 and _stamped(engine, v1.id) == 6
+    for i in range(10):  # the tool starts failing the business outcome
+        record(engine, f"cancel booking {i}", skills=(v1.id,), ok=i < 4, cfg=cfg)
+    drift = run_drift(engine, cfg)
+    assert [d.skill_id for d in drift.demoted] == [v1.id]
+    reason = "drift: rolling 0.40 vs baseline 1.00"
+    with engine.connect() as conn:
+        assert get_skill(conn, v1.id).demotion_reason == reason
+    assert _stamped(engine, v1.id) == 0  # raw runs are retrievable again
+    # Only post-demotion runs count toward the gates: right after the demotion the class is not eligible.
+    [early] = promotion.run_cycle(engine, config=cfg, force=True)
+    assert early.promoted == []
+    seen: list[str | None] = []
+    original = promotion.gather_evidence
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        evidence = original(*args, **kwargs)
+        seen.append(evidence.previous_demotion_reason)
+        return evidence
+
+    monkeypatch.setattr(promotion, "gather_evidence", spy)
+    for i in range(6):  # the tool is fixed
+        record(engine, queries[i % len(queries)] + f" again {i}", at=later(60 + i), cfg=cfg)
+    [again] = promotion.run_cycle(engine, config=cfg, force=True)
+    assert len(again.promoted) == 1 and seen == [reason]
+    with engine.connect() as conn:
+        v2 = get_skill(conn, again.promoted[0])
+        old = get_skill(conn, v1.id)
+    assert v2.version == 2 and v2.status == "shadow" and v2.canonical_hash == v1.canonical_hash
+    assert "was demoted" in v2.content and "rolling" in v2.content
+    assert old.status == "demoted"  # the old version stays for history
