@@ -7,6 +7,7 @@ on one core.
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import time
@@ -36,6 +37,7 @@ class CaptureBench:
     mean_ms: float
     canonical_runs: int
     canonical_runs_per_s: float
+    load_average: float | None = None
     target_p95_ms: float = TARGET_P95_MS
     target_runs_per_s: float = TARGET_RUNS_PER_S
 
@@ -45,6 +47,14 @@ class CaptureBench:
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "meets_targets": self.meets_targets}
+
+
+def load_average() -> float | None:
+    """1-minute load average at the end of a measurement (other work on the machine skews timings)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - platforms without getloadavg
+        return None
 
 
 def five_step_run(i: int) -> list[Step]:
@@ -105,4 +115,5 @@ def run(
         mean_ms=round(statistics.fmean(latencies), 3),
         canonical_runs=canonical_runs,
         canonical_runs_per_s=round(canonical_throughput(canonical_runs), 1),
+        load_average=load_average(),
     )

@@ -79,6 +79,7 @@ class CycleBench:
     sizes: list[SizeResult]
     cycle_entry: str | None
     notes: list[str]
+    load_average: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -343,7 +344,9 @@ def run(
                 )
             )
             engine.dispose()
-    return CycleBench("sqlite", tenants, classes, repeats, results, _entry_name(entry), notes)
+    from skillflow.bench.capture import load_average
+
+    return CycleBench("sqlite", tenants, classes, repeats, results, _entry_name(entry), notes, load_average())
 
 
 def _entry_name(entry: Callable[..., Any] | None) -> str | None:
