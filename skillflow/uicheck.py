@@ -12,6 +12,7 @@ functions that need it (this module is a dev tool run as ``python -m skillflow.u
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -79,8 +80,10 @@ def local_prefect_server(home: Path, port: int | None = None, timeout: float = 1
     port = port or free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home)}
+    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home), "PREFECT_SERVER_UI_API_URL": api_url}
     env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_UI_API_URL", None)
+    env["PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT"] = "false"
     log = (home / "server.log").open("wb")
     cmd = [_bin("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -169,6 +172,16 @@ def trigger_and_wait(api_url: str, name: str, parameters: dict[str, Any] | None 
                 time.sleep(1)
 
 
+def verify_cli_run(api_url: str, database_url: str) -> None:
+    """``prefect deployment run`` with nested params (the syntax the README documents) creates a run."""
+    env = {**os.environ, **QUIET_ENV, "PREFECT_API_URL": api_url}
+    params = json.dumps({"params": {"database_url": database_url, "dry_run": True}})
+    cmd = [_bin("prefect"), "deployment", "run", "drift-demotion/drift-demotion", "--params", params]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0 or "Created flow run" not in done.stdout:
+        raise RuntimeError(f"prefect deployment run failed: {done.stdout[-800:]} {done.stderr[-800:]}")
+
+
 def screenshot(url: str, out: Path, budget_ms: int = 15000) -> Path:
     """Headless Chromium screenshot of ``url`` (the UI is a single-page app: give it virtual time)."""
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
@@ -195,16 +208,27 @@ def run_ui_check(out: Path = Path("screenshots/prefect-flow-run.png"), workdir: 
     seed_runs(database_url)
     with local_prefect_server(work / "prefect-home") as api_url, serving(database_url, api_url, work):
         wait_for_deployment(api_url, "promotion-cycle/promotion-cycle")
-        run = trigger_and_wait(api_url, "promotion-cycle/promotion-cycle")
+        # force=True: a manual cycle ignores the every-N-runs cadence (the whole params model is replaced).
+        params = {"params": {"database_url": database_url, "force": True}}
+        run = trigger_and_wait(api_url, "promotion-cycle/promotion-cycle", parameters=params)
+        verify_cli_run(api_url, database_url)
         with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
             artifacts = client.read_artifacts(
                 artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
             )
         keys = sorted({a.key for a in artifacts if a.key})
         ui = api_url.removesuffix("/api")
+        # The flow run page (its graph carries the promotion-report artifact badge); the UI ignores ?tab= on
+        # first render, so the artifact itself is captured from its own page as a second screenshot.
         shot = screenshot(f"{ui}/runs/flow-run/{run.id}?tab=Artifacts", out)
+        report = next((a for a in artifacts if a.key == "promotion-report"), None)
+        artifact_shot = None
+        if report is not None:
+            artifact_shot = screenshot(
+                f"{ui}/artifacts/artifact/{report.id}", out.with_name("prefect-promotion-report.png")
+            )
     return {"flow_run_id": str(run.id), "state": run.state.name if run.state else None, "artifacts": keys,
-            "screenshot": str(shot), "workdir": str(work)}  # fmt: skip
+            "screenshot": str(shot), "artifact_screenshot": str(artifact_shot), "workdir": str(work)}  # fmt: skip
 
 
 def main() -> None:
