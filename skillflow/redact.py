@@ -43,6 +43,15 @@ _SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z_]{0,63}$")
 _ERROR_CLASS = re.compile(r"^[A-Za-z_][\w.:-]{0,63}$")
 _PLACEHOLDER = re.compile(r"<[a-z ]+>")
 _QUERY_CODE_ALLOW = frozenset({"I", "OK", "USA", "FAQ", "ASAP", "PIN"})
+_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+[A-Z][a-z]+)*\b")
+# Capitalized words that are not names (sentence openers, pronouns, calendar words).
+_NOT_NAMES = frozenset(
+    """i i'm i'd i'll i've hi hello hey dear please thanks thank can could would will may might should my our
+    the a an this that these those what when where which who why how is are was were do does did hello yes no
+    ok okay also and but or so if then there here it its we you your they he she his her them me us sir madam
+    monday tuesday wednesday thursday friday saturday sunday january february march april may june july august
+    september october november december""".split()
+)
 
 
 class RedactionError(RuntimeError):
@@ -238,6 +247,36 @@ def find_literals(text: str, literals: Iterable[str]) -> list[str]:
     return sorted({m.group(0) for m in pattern.finditer(text)})
 
 
+def _redact_names(text: str) -> str:
+    """Replace capitalized runs that look like personal names (``Ava Li``) by ``<name>``.
+
+    A capitalized word opening a sentence is kept unless another capitalized word follows it; known
+    openers, pronouns and calendar words are never names.
+    """
+
+    def replace(m: re.Match[str]) -> str:
+        words = m.group(0).split()
+        start = m.start()
+        before = text[:start].rstrip()
+        opener = not before or before[-1] in ".!?\n\"'(:;"
+        if opener and words[0].lower() in _NOT_NAMES:
+            rest = m.group(0)[len(words[0]) :]
+            return words[0] + (_redact_names_tail(rest) if rest.strip() else rest)
+        if all(w.lower() in _NOT_NAMES for w in words):
+            return m.group(0)
+        if opener and len(words) == 1:
+            return m.group(0)
+        return "<name>"
+
+    return _CAPITALIZED.sub(replace, text)
+
+
+def _redact_names_tail(rest: str) -> str:
+    lead = rest[: len(rest) - len(rest.lstrip())]
+    words = rest.split()
+    return lead + ("<name>" if not all(w.lower() in _NOT_NAMES for w in words) else " ".join(words))
+
+
 def redact_query(query: str, literals: Iterable[str] = (), patterns: bool = True) -> str:
     """The query with known literals and (unless ``patterns`` is False) id/number/email/date/code patterns
     replaced by placeholders."""
@@ -249,6 +288,7 @@ def redact_query(query: str, literals: Iterable[str] = (), patterns: bool = True
         return text
     text = _EMAIL.sub("<email>", text)
     text = _DATE.sub("<date>", text)
+    text = _redact_names(text)
     text = _ID_TOKEN.sub("<id>", text)
     text = _CODE_TOKEN.sub(lambda m: m.group(0) if m.group(0) in _QUERY_CODE_ALLOW else "<id>", text)
     return _NUMBER.sub("<number>", text)

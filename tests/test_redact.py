@@ -132,3 +132,17 @@ def test_redacted_evidence_refuses_to_leak(monkeypatch: pytest.MonkeyPatch) -> N
 def test_redact_query_never_keeps_an_id_like_literal(lit: str, prefix: str, suffix: str) -> None:
     out = redact_query(prefix + lit + suffix, {lit})
     assert find_literals(out, {lit}) == []
+
+
+def test_personal_names_in_queries_are_redacted() -> None:
+    from skillflow.redact import redact_query
+
+    assert (
+        redact_query("Hi, this is Ava Li (ava_li_1234). I'd like to cancel.")
+        == "Hi, this is <name> (<id>). I'd like to cancel."
+    )
+    assert redact_query("Can you cancel it? I'm Emma Muller.") == "Can you cancel it? I'm <name>."
+    assert (
+        redact_query("Please cancel my reservation now. My plans changed.")
+        == "Please cancel my reservation now. My plans changed."
+    )
