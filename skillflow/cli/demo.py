@@ -1,0 +1,330 @@
+"""``skillflow demo``: the whole loop on the embedded default, with real Prefect flow runs.
+
+Simulated runs (or the τ-bench corpus) → promotion cycle (skills land in SHADOW) → more runs → shadow
+evaluation → readiness → activation (user) → injection → a tool breaks → drift demotion (stamps cleared,
+raw runs visible again) → the tool is fixed → re-qualification → v2 → data quality and status.
+This module composes flows, so it lives in the CLI layer (the domain package never imports prefect).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from sqlalchemy import Engine, func, select
+from sqlalchemy.engine import make_url
+
+from skillflow.config import load_promotion_config
+from skillflow.models import SkillStatus, utcnow
+from skillflow.runtime import Skillflow
+from skillflow.storage.aggregate import aggregate_classes
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from skillflow.storage.schema import workflow_memory
+from skillflow.storage.skills import SkillRecord, get_skill, list_skills
+
+AGENT = "sim-airline"
+BUSINESS, EXECUTION = "business", "execution-only"
+CANCEL = "get_user_details > get_reservation_details > cancel_reservation"
+DECLINED = "search_direct_flight > book_reservation"
+console = Console()
+
+
+class Demo:
+    def __init__(self, db: str, total_steps: int) -> None:
+        self.db = db
+        self.engine: Engine = make_engine(db)
+        self.total = total_steps
+        self.n = 0
+        self.started = time.monotonic()
+        self.config = load_promotion_config()
+
+    def step(self, title: str) -> None:
+        self.n += 1
+        console.rule(f"[bold cyan][{self.n}/{self.total}] {title}[/]  ({time.monotonic() - self.started:.0f}s)")
+
+
+def _fresh_sqlite(db: str) -> None:
+    url = make_url(db)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return
+    for suffix in ("", "-wal", "-shm"):
+        Path(url.database + suffix).unlink(missing_ok=True)
+
+
+def _class_table(engine: Engine, agent_id: str, user_id: str, limit: int = 12) -> Table:
+    with engine.connect() as conn:
+        classes = sorted(aggregate_classes(conn, agent_id, user_id), key=lambda c: -c.executions)
+    table = Table(title=f"trajectory classes — {agent_id}/{user_id}", show_lines=False)
+    for col in ("hash", "runs", "success", "rate", "queries", "tool sequence"):
+        table.add_column(col, justify="right" if col in ("runs", "success", "rate", "queries") else "left")
+    for c in classes[:limit]:
+        table.add_row(
+            c.canonical_hash[:12],
+            str(c.executions),
+            str(c.successes),
+            f"{c.success_rate:.2f}",
+            str(c.distinct_queries),
+            (c.tool_sequence or "")[:70],
+        )
+    if len(classes) > limit:
+        table.caption = f"… and {len(classes) - limit} smaller classes"
+    return table
+
+
+def _report_table(report: Any) -> Table:
+    table = Table(title=f"promotion report — {report.agent_id}/{report.user_id} (cycle {report.cycle})")
+    for col in ("class", "runs", "rate", "queries", "decision", "reason"):
+        table.add_column(col)
+    for row in sorted(report.gates, key=lambda r: -r.executions)[:12]:
+        table.add_row(
+            row.hash,
+            str(row.executions),
+            f"{row.success_rate:.2f}",
+            str(row.distinct_queries),
+            row.decision,
+            row.reason or "",
+        )
+    table.caption = (
+        f"promoted {len(report.promoted)} · rejected {len(report.rejected)} · skipped {len(report.skipped)} · "
+        f"considered {report.candidates_considered}"
+    )
+    return table
+
+
+def _by_sequence(engine: Engine, user_id: str, sequence: str) -> Any:
+    with engine.connect() as conn:
+        return next((c for c in aggregate_classes(conn, AGENT, user_id) if c.tool_sequence == sequence), None)
+
+
+def _gate_row(report: Any, canonical_hash: str | None) -> Any:
+    return next((r for r in report.gates if r.canonical_hash == canonical_hash), None)
+
+
+def _skill_for(engine: Engine, user_id: str, sequence: str, statuses: tuple[SkillStatus, ...]) -> SkillRecord | None:
+    cls = _by_sequence(engine, user_id, sequence)
+    if cls is None:
+        return None
+    with engine.connect() as conn:
+        found = list_skills(conn, AGENT, user_id, statuses, canonical_hash=cls.canonical_hash)
+    return found[-1] if found else None
+
+
+def _cycle(demo: Demo, user_id: str) -> Any:
+    from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
+
+    reports = promotion_cycle(PromotionCycleParams(database_url=demo.db, agent_id=AGENT, user_id=user_id, force=True))
+    return reports[0]
+
+
+def _traffic(sf: Skillflow, n: int, seed: int, user_id: str, **kwargs: Any) -> Any:
+    """Runs that happen from now on (a few ms apart), so they are newer than any skill or demotion."""
+    from skillflow.simulator import simulate_runs
+
+    return simulate_runs(sf, n, seed, user_id=user_id, start=utcnow(), step=timedelta(milliseconds=2), **kwargs)
+
+
+def _stamped(engine: Engine, skill_id: str) -> int:
+    with engine.connect() as conn:
+        q = select(func.count()).select_from(workflow_memory).where(workflow_memory.c.promoted_skill_id == skill_id)
+        return int(conn.execute(q).scalar() or 0)
+
+
+def _hint_for(sf: Skillflow, user_id: str, sequence: tuple[str, ...]) -> Any:
+    """The simulated agent's model follows the procedure of an injected skill (what injection is for)."""
+    from skillflow.simulator import SkillHint
+
+    def hook(query: str) -> SkillHint:
+        prepared = sf.prepare(query, user_id)
+        if not prepared.skill_ids:
+            return SkillHint()
+        return SkillHint(skill_ids=prepared.skill_ids, preferred=sequence)
+
+    return hook
+
+
+def run_simulated(db: str) -> None:
+    from flows.data_quality import DataQualityParams, data_quality
+    from flows.drift_demotion import DriftDemotionParams, drift_demotion
+    from flows.shadow_evaluation import ShadowEvaluationParams, shadow_evaluation
+    from skillflow.lifecycle import activate_skill
+    from skillflow.readiness import get_shadow_readiness
+    from skillflow.simulator import business_outcome, simulate_runs
+
+    demo = Demo(db, 11)
+    demo.step("fresh database: migrations 001 → 003")
+    _fresh_sqlite(db)
+    console.print(f"applied: {', '.join(migrate(demo.engine))}  on {db}")
+
+    demo.step("400 simulated runs per tenant, through the capture API an agent uses")
+    biz = Skillflow(agent_id=AGENT, engine=demo.engine, workflow_outcome_evaluator=business_outcome)
+    exe = Skillflow(agent_id=AGENT, engine=demo.engine)
+    start = utcnow() - timedelta(hours=8)
+    for sf, user in ((biz, BUSINESS), (exe, EXECUTION)):
+        rep = simulate_runs(sf, 400, 7, user_id=user, start=start, step=timedelta(minutes=1))
+        console.print(f"{user:>15}: {rep.stored} runs stored, {rep.with_identity} with a trajectory identity")
+    console.print(_class_table(demo.engine, AGENT, BUSINESS))
+
+    demo.step("promotion cycle — same traffic, two outcome definitions")
+    exec_report = _cycle(demo, EXECUTION)
+    biz_report = _cycle(demo, BUSINESS)
+    console.print(_report_table(biz_report))
+    declined_biz = _by_sequence(demo.engine, BUSINESS, DECLINED)
+    declined_exe = _by_sequence(demo.engine, EXECUTION, DECLINED)
+    row_exe = _gate_row(exec_report, declined_exe.canonical_hash if declined_exe else None)
+    row_biz = _gate_row(biz_report, declined_biz.canonical_hash if declined_biz else None)
+    if row_exe and row_biz:
+        console.print(
+            Panel(
+                f"search_direct_flight > book_reservation (the payment is sometimes declined; no tool raises)\n"
+                f"  execution-only outcome: success rate {row_exe.success_rate:.2f} → {row_exe.decision}"
+                f"{' (' + row_exe.reason + ')' if row_exe.reason else ''}\n"
+                f"  business outcome evaluator: success rate {row_biz.success_rate:.2f} → {row_biz.decision}"
+                f"{' (' + row_biz.reason + ')' if row_biz.reason else ''}",
+                title="what the workflow_outcome_evaluator changes",
+            )
+        )
+    skill = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW,))
+    if skill is None:
+        console.print("[red]no cancel-reservation skill was promoted; stopping the demo here[/]")
+        return
+    title = f"{skill.name} v{skill.version} — {skill.status}, role {skill.injection_role}"
+    console.print(Panel(Syntax(skill.content, "markdown", word_wrap=True), title=title))
+
+    demo.step("new traffic → shadow evaluation (no LLM, no tool, no injection)")
+    _traffic(biz, 150, 11, BUSINESS)
+    drained = shadow_evaluation(ShadowEvaluationParams(database_url=db))
+    console.print(
+        f"evaluated {drained.evaluated_runs} runs → {drained.records} shadow records "
+        f"({drained.no_candidate} runs matched no shadow skill)"
+    )
+    with demo.engine.connect() as conn:
+        readiness = get_shadow_readiness(conn, skill.id, demo.config)
+    console.print(f"readiness of {skill.name} (advisory): {readiness}")
+
+    demo.step("review: activate at user authority (`skillflow activate ID --role user`)")
+    active = activate_skill(demo.engine, skill.id, role="user", actor="cli:demo-reviewer")
+    console.print(
+        f"{active.name} v{active.version}: {active.status}, role {active.injection_role}; "
+        f"{_stamped(demo.engine, skill.id)} runs of its class stamped (suppressed from workflow retrieval)"
+    )
+
+    demo.step("injection: the request for a new matching query, per provider")
+    query = "Please cancel my reservation K3X9PQ. My user id is lena_kim_4242."
+    for provider in ("openai", "anthropic", "ollama"):
+        prepared = biz.prepare(query, BUSINESS, provider=provider)
+        roles = [m["role"] for m in prepared.request["messages"]]
+        top = " + top-level system=" if "system" in prepared.request else ""
+        scores = ", ".join(f"{s.name} {s.score:.2f}" for s in prepared.skills)
+        console.print(f"{provider:>9}: messages {roles}{top}; skills rendered: {scores or 'none'}")
+    prepared = biz.prepare(query, BUSINESS, provider="openai")
+    text = prepared.request["messages"][-1]["content"]
+    console.print(Panel(text if len(text) < 1400 else text[:1400] + "\n…", title="final user message (openai)"))
+
+    demo.step("the agent runs with the skill in context; drift monitoring")
+    sequence = tuple(CANCEL.split(" > "))
+    hook = _hint_for(biz, BUSINESS, sequence)
+    rep = _traffic(biz, 120, 21, BUSINESS, skills_for_query=hook)
+    drift = drift_demotion(DriftDemotionParams(database_url=db))
+    mine = next((s for s in drift.skills if s.skill_id == skill.id), None)
+    if mine is not None:
+        console.print(
+            f"{rep.stored} runs; {skill.name}: {mine.decision}, {mine.activations} activations, "
+            f"rolling success {mine.rolling_success_rate} vs baseline {mine.baseline_success_rate}"
+        )
+
+    demo.step("a tool breaks: cancel_reservation starts failing → drift demotion")
+    before = _stamped(demo.engine, skill.id)
+    _traffic(biz, 80, 31, BUSINESS, skills_for_query=hook, break_tool=("cancel_reservation", 0))
+    drift_demotion(DriftDemotionParams(database_url=db))
+    with demo.engine.connect() as conn:
+        demoted = get_skill(conn, skill.id)
+    cls = _by_sequence(demo.engine, BUSINESS, CANCEL)
+    visible = [
+        r
+        for r in biz.retrieve_workflows_by_query(query, BUSINESS, k=1000, candidates=5000)
+        if cls is not None and r["canonical_hash"] == cls.canonical_hash
+    ]
+    console.print(
+        f"{demoted.name} v{demoted.version}: {demoted.status} — {demoted.demotion_reason}\n"
+        f"stamps: {before} before → {_stamped(demo.engine, skill.id)} after; "
+        f"{len(visible)} raw runs of the class are visible to workflow retrieval again"
+    )
+
+    demo.step("the tool is fixed; post-demotion runs re-qualify the class → v2 (Distill now)")
+    from flows.distill_class import DistillClassParams, distill_class
+
+    _traffic(biz, 200, 41, BUSINESS)
+    assert cls is not None
+    report = distill_class(
+        DistillClassParams(database_url=db, agent_id=AGENT, user_id=BUSINESS, canonical_hash=cls.canonical_hash)
+    )
+    v2 = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW, SkillStatus.ACTIVE))
+    row = _gate_row(report, cls.canonical_hash)
+    if row is not None:
+        console.print(f"class {row.hash}: {row.executions} post-demotion runs, success {row.success_rate:.2f}")
+    if v2 is not None and v2.version > 1:
+        carried = (demoted.demotion_reason or "") in v2.content
+        note = "the v1 demotion reason is in its failure modes" if carried else "new version"
+        console.print(f"{v2.name} v{v2.version}: {v2.status} ({note}); v1 stays {demoted.status} for history")
+    else:
+        console.print(_report_table(report))
+
+    demo.step("data quality (Great Expectations)")
+    try:
+        quality = data_quality(DataQualityParams(database_url=db))
+        console.print(
+            f"passed={quality.passed} blocking failures={quality.blocking_failures} warnings={quality.warnings} "
+            f"({len(quality.checks)} checks)\nHTML report: {Path(quality.html_path or '').resolve()}"
+        )
+    except Exception as exc:  # noqa: BLE001 - the flow fails on blocking findings; show them, keep going
+        console.print(f"[red]data quality found blocking problems:[/] {type(exc).__name__}: {exc}")
+
+    demo.step("status")
+    _status(demo)
+    console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {db}")
+
+
+def _status(demo: Demo) -> None:
+    from skillflow.cli.commands.ops import status_cmd
+
+    status_cmd(db=demo.db)
+
+
+def run_corpus(db: str, corpus: Path) -> None:
+    """τ-bench: the same turns with the execution outcome and with the episode reward as evaluator."""
+    from skillflow.ingest.tau_bench import ingest_tau_bench
+
+    demo = Demo(db, 3)
+    demo.step("fresh databases, τ-bench ingest with two outcome definitions")
+    reports = {}
+    for outcome in ("execution", "reward"):
+        url = db if outcome == "reward" else db.replace(".db", "-execution.db")
+        _fresh_sqlite(url)
+        engine = make_engine(url)
+        migrate(engine)
+        sf = Skillflow(agent_id="tau-bench-airline", engine=engine)
+        rep = ingest_tau_bench(corpus, sf, outcome=outcome)
+        console.print(f"{outcome:>9}: {rep}")
+        console.print(_class_table(engine, "tau-bench-airline", "shared", limit=10))
+        demo.step(f"promotion cycle — {outcome} outcomes")
+        from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
+
+        reports[outcome] = promotion_cycle(
+            PromotionCycleParams(database_url=url, agent_id="tau-bench-airline", force=True)
+        )[0]
+        console.print(_report_table(reports[outcome]))
+    console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/]")
+
+
+def run(db: str, corpus: Path | None = None) -> None:
+    if corpus is not None:
+        run_corpus(db, corpus)
+    else:
+        run_simulated(db)
