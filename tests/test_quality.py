@@ -234,7 +234,7 @@ def test_run_and_store_writes_self_contained_html_and_summary(
 
 
 def test_flow_publishes_artifacts_and_fails_only_on_blocking(
-    sqlite_engine: Engine, tmp_path: Path, prefect_env: None
+    sqlite_engine: Engine, tmp_path: Path, prefect_harness: None
 ) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
