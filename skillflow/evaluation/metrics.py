@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from skillflow.evaluation.answers import AnswerCheck, answer_correct
+
 METRICS = (
     "workflow_accuracy",
     "answer_accuracy",
@@ -20,6 +22,8 @@ METRICS = (
     "end_to_end_latency_ms",
     "raw_workflow_prompt_rate",
     "developer_message_rate",
+    "skill_prompt_rate",
+    "target_skill_rate",
 )
 
 
@@ -43,6 +47,13 @@ class CaseResult:
     raw_workflows_in_prompt: int
     developer_message: bool
     skill_ids: tuple[str, ...] = ()
+    answer_check: AnswerCheck = "exact"
+    intent: str = ""
+    retrieved_workflows: int = 0
+    skills_in_prompt: int = 0
+    target_skill_in_prompt: bool = False
+    procedure_source: str = ""
+    error: str | None = None
 
     @property
     def workflow_correct(self) -> bool:
@@ -50,7 +61,8 @@ class CaseResult:
 
     @property
     def answer_correct(self) -> bool:
-        return self.answer.strip() == self.expected_answer.strip()
+        """Exact for the offline model; key facts (ids, amounts, outcome words) for real models."""
+        return answer_correct(self.answer, self.expected_answer, self.answer_check)
 
     def metric_values(self) -> dict[str, float]:
         return {
@@ -65,6 +77,8 @@ class CaseResult:
             "end_to_end_latency_ms": self.end_to_end_latency_ms,
             "raw_workflow_prompt_rate": float(self.raw_workflows_in_prompt > 0),
             "developer_message_rate": float(self.developer_message),
+            "skill_prompt_rate": float(self.skills_in_prompt > 0),
+            "target_skill_rate": float(self.target_skill_in_prompt),
         }
 
     def as_row(self) -> dict[str, Any]:
