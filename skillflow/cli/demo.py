@@ -245,11 +245,10 @@ def run_simulated(db: str) -> None:
     drift_demotion(DriftDemotionParams(database_url=db))
     with demo.engine.connect() as conn:
         demoted = get_skill(conn, skill.id)
-    cls = _by_sequence(demo.engine, BUSINESS, CANCEL)
     visible = [
         r
         for r in biz.retrieve_workflows_by_query(query, BUSINESS, k=1000, candidates=5000)
-        if cls is not None and r["canonical_hash"] == cls.canonical_hash
+        if r["canonical_hash"] == skill.canonical_hash
     ]
     console.print(
         f"{demoted.name} v{demoted.version}: {demoted.status} — {demoted.demotion_reason}\n"
@@ -261,12 +260,11 @@ def run_simulated(db: str) -> None:
     from flows.distill_class import DistillClassParams, distill_class
 
     _traffic(biz, 200, 41, BUSINESS)
-    assert cls is not None
     report = distill_class(
-        DistillClassParams(database_url=db, agent_id=AGENT, user_id=BUSINESS, canonical_hash=cls.canonical_hash)
+        DistillClassParams(database_url=db, agent_id=AGENT, user_id=BUSINESS, canonical_hash=skill.canonical_hash)
     )
     v2 = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW, SkillStatus.ACTIVE))
-    row = _gate_row(report, cls.canonical_hash)
+    row = _gate_row(report, skill.canonical_hash)
     if row is not None:
         console.print(f"class {row.hash}: {row.executions} post-demotion runs, success {row.success_rate:.2f}")
     if v2 is not None and v2.version > 1:
