@@ -108,9 +108,9 @@ def evaluate_batch(
     todo = [r for r in runs if r.canonical_hash is not None]
     if not todo:
         return out, failed
-    vectors = embedder.embed([r.query for r in todo])
     now = utcnow()
     if conn.dialect.name == "oracle":  # ranks in SQL (VECTOR_DISTANCE), one search per run
+        vectors = embedder.embed([r.query for r in todo])
         created: dict[str, datetime] = {}
         for run, vec in zip(todo, vectors, strict=True):
             _guarded(
@@ -120,23 +120,30 @@ def evaluate_batch(
                 lambda r=run, v=vec: _evaluate_run(conn, r, v, config, embedder.model_id, created, now),
             )
         return out, failed
-    by_tenant: dict[tuple[str, str], list[int]] = {}
-    for i, run in enumerate(todo):
-        by_tenant.setdefault((run.agent_id, run.user_id), []).append(i)
-    for (agent_id, user_id), rows in by_tenant.items():
+    by_tenant: dict[tuple[str, str], list[PendingRun]] = {}
+    for run in todo:
+        by_tenant.setdefault((run.agent_id, run.user_id), []).append(run)
+    for (agent_id, user_id), tenant_runs in by_tenant.items():
         try:
             matrix = load_tenant(conn, agent_id, user_id, embedder.model_id)
-            ranked = top_k(matrix, vectors[rows], config.shadow_evaluation_max_candidates, config.shadow_threshold)
+            # Only runs newer than some SHADOW skill can be evidence: the others are not even embedded.
+            oldest = min((c.created_at for c in matrix.candidates), default=None)
+            fresh = [r for r in tenant_runs if oldest is not None and r.created_at > oldest]
+            fresh_vectors = embedder.embed([r.query for r in fresh]) if fresh else None
+            ranked = (
+                top_k(matrix, fresh_vectors, config.shadow_evaluation_max_candidates, config.shadow_threshold)
+                if fresh_vectors is not None
+                else []
+            )
         except SQLAlchemyError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. mixed dimensions: the tenant's runs stay pending
-            log.warning("shadow matching for %d runs failed: %s", len(rows), type(exc).__name__)
-            for i in rows:
-                del out[todo[i].id]
-                failed.append(todo[i].id)
+            log.warning("shadow matching for %d runs failed: %s", len(tenant_runs), type(exc).__name__)
+            for run in tenant_runs:
+                del out[run.id]
+                failed.append(run.id)
             continue
-        for i, hits in zip(rows, ranked, strict=True):
-            run = todo[i]
+        for run, hits in zip(fresh, ranked, strict=True):
             _guarded(out, failed, run, lambda r=run, h=hits: _records(r, h, now))
     return out, failed
 
