@@ -32,7 +32,8 @@ def _normalize(mat: np.ndarray) -> np.ndarray:
     mat = np.asarray(mat, dtype=np.float32)
     norms = np.linalg.norm(mat, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return mat / norms
+    out: np.ndarray = mat / norms
+    return out
 
 
 class HashingEmbedder:

@@ -89,7 +89,7 @@ def _mark(conn: Connection, skill_id: str, to_status: str, extra: Mapping[str, A
 def activate_skill(
     engine: Engine,
     skill_id: str,
-    role: Role = "user",
+    role: Role | None = None,
     *,
     actor: str,
     flow_run_id: str | None = None,
@@ -97,13 +97,14 @@ def activate_skill(
     reason: str | None = None,
     review: bool = True,
 ) -> SkillRecord:
-    """SHADOW (or CANDIDATE) → ACTIVE with ``role``, stamping the class, in one transaction.
+    """SHADOW (or CANDIDATE) → ACTIVE with ``role`` (default: the skill's stored role), stamping the class.
 
     Raises :class:`ActivationRefused` with reasons; re-activating with the same role is a no-op.
     """
     config = config or load_promotion_config()
     with engine.begin() as conn:
         skill = get_skill(conn, skill_id)
+        role = role or ("developer" if skill.injection_role == "developer" else "user")
         if skill.status == SkillStatus.ACTIVE.value and skill.injection_role == role:
             return skill
         problems = activation_problems(conn, skill, role, config)

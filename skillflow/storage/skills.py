@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, RowMapping, and_, func, insert, select, update
 
 from skillflow.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
 from skillflow.storage.schema import skill_events, skillbox, workflow_memory
@@ -66,7 +66,7 @@ class SkillRecord:
     demoted_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> SkillRecord:
+    def from_row(cls, row: Mapping[str, Any] | RowMapping) -> SkillRecord:
         return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 

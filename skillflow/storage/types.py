@@ -105,7 +105,8 @@ class Vector(TypeDecorator[np.ndarray]):
         if dialect.name == "oracle":
             from sqlalchemy.dialects.oracle import VECTOR, VectorStorageFormat
 
-            return dialect.type_descriptor(VECTOR(dim=self.dim, storage_format=VectorStorageFormat.FLOAT32))
+            vector = VECTOR(dim=self.dim, storage_format=VectorStorageFormat.FLOAT32)  # type: ignore[no-untyped-call]  # untyped in SQLAlchemy
+            return dialect.type_descriptor(vector)
         return dialect.type_descriptor(LargeBinary())
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:

@@ -84,18 +84,21 @@ def readiness_cmd(skill_id: IdArg, db: DbOption = None, json: JsonOption = False
 def activate_cmd(
     skill_id: IdArg,
     role: Annotated[
-        str, typer.Option("--role", help="Injection authority: user (default) or developer (needs shadow review).")
-    ] = "user",
+        str | None,
+        typer.Option("--role", help="Injection authority: user or developer (default: the skill's stored role)."),
+    ] = None,
     actor: ActorOption = None,
     db: DbOption = None,
     json: JsonOption = False,
 ) -> None:
     """SHADOW → ACTIVE with the chosen role; re-checks the tools and backfills the class's stamps."""
-    if role not in ("user", "developer"):
+    if role not in (None, "user", "developer"):
         fail("--role must be user or developer")
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
-    chosen: Literal["user", "developer"] = "developer" if role == "developer" else "user"
+    chosen: Literal["user", "developer"] | None = (
+        None if role is None else ("developer" if role == "developer" else "user")
+    )
     try:
         skill = activate_skill(engine, full, chosen, actor=_actor(actor), config=load_promotion_config())
     except ActivationRefused as exc:
