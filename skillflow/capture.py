@@ -175,7 +175,9 @@ def write_run(
     units = canonical.signature(run.steps, config.noop_tools)
     chash = canonical.canonical_hash(units)
     execution = (
-        WorkflowOutcome.SUCCESS if canonical.execution_succeeded(units, run.execution_error) else WorkflowOutcome.FAILURE
+        WorkflowOutcome.SUCCESS
+        if canonical.execution_succeeded(units, run.execution_error)
+        else WorkflowOutcome.FAILURE
     )
     workflow = Workflow(
         id=run.run_id,

@@ -41,7 +41,9 @@ class PromotionConfig(BaseModel):
     shadow_evaluation_recent_window: int = Field(50, ge=0, le=1000, description="Recent evaluations kept in stats")
     shadow_readiness_min_observations: int = Field(10, ge=0, description="Readiness observation floor")
     shadow_readiness_min_trajectory_match_rate: float = Field(0.80, ge=0.0, le=1.0, description="Readiness match floor")
-    shadow_readiness_min_matched_success_rate: float = Field(0.80, ge=0.0, le=1.0, description="Readiness success floor")
+    shadow_readiness_min_matched_success_rate: float = Field(
+        0.80, ge=0.0, le=1.0, description="Readiness success floor"
+    )
     skill_injection_role: Literal["user", "developer"] = Field("user", description="Authority of new skills")
     retrieval_min_similarity: float = Field(0.70, ge=-1.0, le=1.0, description="Injection threshold")
     max_skills_in_context: int = Field(2, ge=0, le=20, description="Skills injected per turn")
@@ -52,7 +54,9 @@ class PromotionConfig(BaseModel):
     promotion_every_n_runs: int = Field(25, ge=0, description="Cycle cadence in stored runs (0 = manual)")
     # Beyond the seed.
     noop_tools: tuple[str, ...] = Field(("think",), description="Tools dropped from canonical signatures")
-    rejection_backoff_cycles: int = Field(3, ge=0, le=1000, description="Cycles a rejected class waits before the LLM is asked again")
+    rejection_backoff_cycles: int = Field(
+        3, ge=0, le=1000, description="Cycles a rejected class waits before the LLM is asked again"
+    )
     max_trigger_queries: int = Field(8, ge=1, le=64, description="Trigger queries embedded per skill")
 
     @model_validator(mode="after")
@@ -116,7 +120,7 @@ def load_promotion_config(path: Path | None = None, overrides: dict[str, Any] | 
     prefix = "SKILLFLOW_PROMOTION__"
     for key, value in os.environ.items():
         if key.startswith(prefix):
-            name = key[len(prefix):].lower()
+            name = key[len(prefix) :].lower()
             if name not in PromotionConfig.model_fields:
                 raise ValueError(f"unknown promotion setting in environment: {key}")
             data[name] = _coerce_env(value) if PromotionConfig.model_fields[name].annotation is bool else value

@@ -7,6 +7,7 @@ are never compared.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import threading
 from collections.abc import Sequence
@@ -46,10 +47,10 @@ class HashingEmbedder:
     def _features(self, text: str) -> list[str]:
         words = _TOKEN.findall(text.lower())
         feats = [f"w:{w}" for w in words]
-        feats += [f"b:{a}_{b}" for a, b in zip(words, words[1:], strict=False)]
+        feats += [f"b:{a}_{b}" for a, b in itertools.pairwise(words)]
         for w in words:
             padded = f"<{w}>"
-            feats += [f"c:{padded[i:i + 3]}" for i in range(max(1, len(padded) - 2))]
+            feats += [f"c:{padded[i : i + 3]}" for i in range(max(1, len(padded) - 2))]
         return feats
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -40,7 +40,13 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, OperationalError | TimeoutError | ConnectionError):
         return True
     name = type(exc).__name__
-    return name in {"RateLimitError", "APITimeoutError", "APIConnectionError", "InternalServerError", "TransientLLMError"}
+    return name in {
+        "RateLimitError",
+        "APITimeoutError",
+        "APIConnectionError",
+        "InternalServerError",
+        "TransientLLMError",
+    }
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -71,7 +71,10 @@ def test_noop_tools_are_dropped_and_configurable() -> None:
 
 def test_timestamp_order_only_when_all_parse() -> None:
     late, early = "2024-01-01T00:00:02+00:00", "2024-01-01T00:00:01+00:00"
-    steps = [Step("issue_refund", {"order_id": 1, "amount": 1}, timestamp=late), Step("lookup_order", {"order_id": 1}, timestamp=early)]
+    steps = [
+        Step("issue_refund", {"order_id": 1, "amount": 1}, timestamp=late),
+        Step("lookup_order", {"order_id": 1}, timestamp=early),
+    ]
     assert canonical.canonical_hash(canonical.signature(steps)) == GOLDEN_HASH
     partial = [steps[0], Step("lookup_order", {"order_id": 1}, timestamp="not a time")]
     assert canonical.canonical_hash(canonical.signature(partial)) != GOLDEN_HASH

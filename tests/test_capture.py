@@ -21,7 +21,10 @@ GOLDEN_HASH = "5e6b70e86ec21732b51dd93e2ddd9627b12c43186d3d048e7a8d356b41c37e12"
 
 
 def _steps(accepted: bool = True) -> list[Step]:
-    return [Step("lookup_order", {"order_id": "A1"}, {"id": "A1"}), Step("issue_refund", {"order_id": "A1", "amount": 5}, {"accepted": accepted})]
+    return [
+        Step("lookup_order", {"order_id": "A1"}, {"id": "A1"}),
+        Step("issue_refund", {"order_id": "A1", "amount": 5}, {"accepted": accepted}),
+    ]
 
 
 def _sf(engine: Engine, evaluator=None, tmp_path: Path | None = None) -> Skillflow:  # type: ignore[no-untyped-def]
@@ -57,7 +60,12 @@ def test_business_evaluator_contract(engine: Engine) -> None:
     sf = _sf(engine, accepted)
     assert sf.record_run("refund", "u1", _steps(False)).outcome == "failure"
     assert sf.record_run("refund", "u1", _steps(True)).outcome == "success"
-    for value, expected in [("success", "success"), ("failure", "failure"), (WorkflowOutcome.FAILURE, "failure"), (None, "success")]:
+    for value, expected in [
+        ("success", "success"),
+        ("failure", "failure"),
+        (WorkflowOutcome.FAILURE, "failure"),
+        (None, "success"),
+    ]:
         assert _sf(engine, lambda wf, v=value: v).record_run("q", "u1", _steps()).outcome == expected
 
 
@@ -95,7 +103,13 @@ def test_safe_coercions(engine: Engine) -> None:
 
     bad_tool = _sf(engine).record_run("q", "u1", [Step("lookup\x00", {})])
     assert bad_tool.error == "steps[0].tool must not contain control characters" and not bad_tool.stored
-    steps = [Step("lookup", {"order_id": float("nan"), "blob": b"\x00\x01"}, {"o": Opaque(), "big": "x" * 100_000, "c": "a\x00b"})]
+    steps = [
+        Step(
+            "lookup",
+            {"order_id": float("nan"), "blob": b"\x00\x01"},
+            {"o": Opaque(), "big": "x" * 100_000, "c": "a\x00b"},
+        )
+    ]
     res = _sf(engine).record_run("q\x00uery", "u1", steps, strict=True)
     row = _row(engine, res.run_id)
     assert row["steps"][0]["arguments"] == {"order_id": None, "blob": "<2 bytes>"}

@@ -71,7 +71,10 @@ def test_shadow_threshold_falls_back_to_retrieval_threshold() -> None:
 
 def test_toml_then_environment_then_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "skillflow.toml"
-    path.write_text('[promotion]\nmin_executions = 7\nrequire_shadow = true\n[schedules]\npromotion-cycle = "*/5 * * * *"\ndistill-class = ""\n')
+    path.write_text(
+        "[promotion]\nmin_executions = 7\nrequire_shadow = true\n"
+        '[schedules]\npromotion-cycle = "*/5 * * * *"\ndistill-class = ""\n'
+    )
     assert load_promotion_config(path).min_executions == 7
     monkeypatch.setenv("SKILLFLOW_PROMOTION__MIN_EXECUTIONS", "9")
     monkeypatch.setenv("SKILLFLOW_PROMOTION__SHADOW_EVALUATION_ENABLED", "true")

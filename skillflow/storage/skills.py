@@ -108,25 +108,31 @@ def list_skills(
 
 
 def live_skill_for_class(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> SkillRecord | None:
-    row = conn.execute(
-        select(skillbox).where(skillbox.c.live_key == live_key(agent_id, user_id, canonical_hash))
-    ).mappings().first()
+    row = (
+        conn.execute(select(skillbox).where(skillbox.c.live_key == live_key(agent_id, user_id, canonical_hash)))
+        .mappings()
+        .first()
+    )
     return SkillRecord.from_row(row) if row else None
 
 
 def last_retired(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> SkillRecord | None:
     """The newest demoted/deprecated/rejected version of a class (its reason feeds re-distillation)."""
-    row = conn.execute(
-        select(skillbox)
-        .where(
-            skillbox.c.agent_id == agent_id,
-            skillbox.c.user_id == user_id,
-            skillbox.c.canonical_hash == canonical_hash,
-            skillbox.c.status.in_([s.value for s in RETIRED_STATUSES]),
+    row = (
+        conn.execute(
+            select(skillbox)
+            .where(
+                skillbox.c.agent_id == agent_id,
+                skillbox.c.user_id == user_id,
+                skillbox.c.canonical_hash == canonical_hash,
+                skillbox.c.status.in_([s.value for s in RETIRED_STATUSES]),
+            )
+            .order_by(skillbox.c.version.desc())
+            .limit(1)
         )
-        .order_by(skillbox.c.version.desc())
-        .limit(1)
-    ).mappings().first()
+        .mappings()
+        .first()
+    )
     return SkillRecord.from_row(row) if row else None
 
 
@@ -295,7 +301,9 @@ def transition(
     values: dict[str, Any] = {
         "status": to_status.value,
         "updated_at": now,
-        "live_key": live_key(skill.agent_id, skill.user_id, skill.canonical_hash) if to_status in LIVE_STATUSES else None,
+        "live_key": live_key(skill.agent_id, skill.user_id, skill.canonical_hash)
+        if to_status in LIVE_STATUSES
+        else None,
     }
     if injection_role is not None:
         values["injection_role"] = injection_role.value
@@ -320,7 +328,10 @@ def transition(
         to_status=to_status.value,
         reason=reason,
         flow_run_id=flow_run_id,
-        details={"stamped" if to_status == SkillStatus.ACTIVE else "unstamped": changed, "role": updated.injection_role},
+        details={
+            "stamped" if to_status == SkillStatus.ACTIVE else "unstamped": changed,
+            "role": updated.injection_role,
+        },
     )
     return updated
 
@@ -328,7 +339,9 @@ def transition(
 def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> None:
     """Merge ``patch`` into ``skillbox.stats`` (derived figures; recomputed by the flows)."""
     current = conn.execute(select(skillbox.c.stats).where(skillbox.c.id == skill_id)).scalar() or {}
-    conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}, updated_at=utcnow()))
+    conn.execute(
+        update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}, updated_at=utcnow())
+    )
 
 
 def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:
