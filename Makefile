@@ -51,7 +51,10 @@ ui-check: install-dev
 	$(PY) -m skillflow.uicheck
 
 bench: install
-	$(SF) bench all
+	$(SF) bench capture
+	$(SF) bench retrieval
+	$(SF) bench lifecycle
+	$(SF) bench cycle
 
 clean:
 	rm -rf .skillflow .prefect
