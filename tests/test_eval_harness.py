@@ -306,3 +306,24 @@ def test_tampered_skill_body_is_detected_read_back_from_the_databases(
     finally:
         user.dispose()
         dev.dispose()
+
+
+# -- the CLI ---------------------------------------------------------------------------------------------
+def test_eval_command_json_and_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+
+    monkeypatch.setenv("SKILLFLOW_EMBEDDER", "hashing")
+    monkeypatch.setenv("SKILLFLOW_EVAL_INTENTS", '["refund_order"]')
+    monkeypatch.setenv("SKILLFLOW_EVAL_TRAINING_RUNS", "120")
+    runner = CliRunner()
+    out = runner.invoke(app, ["eval", "--cases", "1", "--embedder", "hashing", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["label"] == OFFLINE_LABEL and doc["all_checks_passed"] and len(doc["results"]) == 4
+    text = runner.invoke(app, ["eval", "--cases", "1", "--embedder", "hashing", "--show-cases"])
+    assert text.exit_code == 0, text.output
+    assert OFFLINE_LABEL in text.output and "skill_bodies_byte_identical" in text.output and "Per case" in text.output
+    bad = runner.invoke(app, ["eval", "--provider", "anthropic"], env={"ANTHROPIC_API_KEY": ""})
+    assert bad.exit_code == 2 and "ANTHROPIC_API_KEY" in bad.output
