@@ -138,6 +138,10 @@ def apply(schema: Schema, sql: str) -> None:
         if kind != "vector" and any(ix[:2] == (on, cols) and ix[2] != "vector" for ix in schema.indexes.values()):
             raise OracleError(-1408, f"such column list already indexed: {on}{cols}")
         schema.indexes[name] = (on, cols, kind)
+    elif m := re.match(r"drop index (\w+)$", low):
+        if m.group(1) not in schema.indexes:
+            raise OracleError(-1418, f"specified index does not exist: {m.group(1)}")
+        del schema.indexes[m.group(1)]
     elif m := re.match(r"alter table (\w+) add constraint (\w+) (check|unique|primary key)\b", low):
         _add_constraint(_table(schema, m.group(1)), m.group(2), m.group(3))
     elif m := re.match(r"alter table (\w+) add ?\((.*)\)$", low):

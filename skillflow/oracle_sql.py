@@ -43,6 +43,7 @@ IGNORABLE = {
     "add column": {-1430},
     "add constraint": {-2260, -2261, -2264, -2275},
     "modify not null": {-1442},
+    "drop index": {-1418},  # ORA-01418 specified index does not exist
 }
 
 # Oracle reserved words (V$RESERVED_WORDS, reserved = 'Y') that break unquoted identifiers.
@@ -246,6 +247,7 @@ def _ddl_kind(sql: str) -> str | None:
         ("add constraint", r"^alter table \w+ add constraint\b"),
         ("add column", r"^alter table \w+ add\s*\("),
         ("modify not null", r"^alter table \w+ modify\s*\(\s*\w+\s+not null\s*\)$"),
+        ("drop index", r"^drop index\b"),
         ("modify", r"^alter table \w+ modify\b"),
     ):
         if re.search(pattern, flat):

@@ -199,10 +199,17 @@ def test_cadence_counts_and_mark_cycle(engine: Engine) -> None:
         assert runs_since_last_cycle(conn, "agent", "u1") == 0
 
 
-def test_sqlite_plan_uses_class_index(sqlite_engine: Engine) -> None:
+def test_sqlite_plan_is_an_index_only_range_scan(sqlite_engine: Engine) -> None:
     stmt = aggregate_query("agent", "u1").compile(sqlite_engine, compile_kwargs={"literal_binds": True})
     with sqlite_engine.connect() as conn:
         plan = " | ".join(str(r[3]) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {stmt}")))
-    assert "USING INDEX ix_workflow_memory_class (agent_id=? AND user_id=?" in plan
+    # Migration 004's covering index answers the grouped part without reading table rows.
+    assert (
+        "SEARCH workflow_memory USING COVERING INDEX ix_workflow_memory_class_cover (agent_id=? AND user_id=?" in plan
+    )
     assert "SCAN workflow_memory" not in plan  # never a full-table scan
     assert "TEMP B-TREE FOR GROUP BY" not in plan  # the index order serves the GROUP BY
+    # The latest tool sequence per class is one seek on the same index (the old class index is gone).
+    assert (
+        "SEARCH seq USING INDEX ix_workflow_memory_class_cover (agent_id=? AND user_id=? AND canonical_hash=?)" in plan
+    )

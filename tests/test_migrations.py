@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, insert, inspect, select, text
+from sqlalchemy import Engine, func, insert, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 from typer.testing import CliRunner
 
@@ -16,7 +16,7 @@ from skillflow.cli import app
 from skillflow.models import utcnow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
-from skillflow.storage.schema import build_metadata, schema_migrations, skillbox
+from skillflow.storage.schema import CLASS_COVER_COLUMNS, LATEST, build_metadata, schema_migrations, skillbox
 
 NAMES = [m.name for m in MIGRATIONS]
 
@@ -139,6 +139,34 @@ def test_manually_managed_schema_with_the_002_column_migrates_cleanly(raw: Engin
     assert snapshot(raw) == _reference(db_url, tmp_path)
 
 
+def _index_names(engine: Engine, table: str) -> set[str]:
+    return {str(ix["name"]) for ix in inspect(engine).get_indexes(table)}
+
+
+@pytest.mark.parametrize("prebuilt", [False, True], ids=["plain", "cover-index-prebuilt"])
+def test_upgrade_from_003_equals_fresh_install(raw: Engine, db_url: str, tmp_path: Any, prebuilt: bool) -> None:
+    with raw.begin() as conn:  # a deployment migrated by the release before 004
+        for mig in MIGRATIONS[:3]:
+            mig.apply(conn)
+        conn.execute(insert(build_metadata(3).tables["skillbox"]), [_legacy_skill(i) for i in range(2)])
+        if prebuilt:  # a DBA built it ahead of the release (CONCURRENTLY on PostgreSQL): migrate only records 004
+            cols = ", ".join(CLASS_COVER_COLUMNS)
+            conn.execute(text(f"CREATE INDEX ix_workflow_memory_class_cover ON workflow_memory ({cols})"))
+    _record(raw, 1, 2, 3)
+    assert "ix_workflow_memory_class" in _index_names(raw, "workflow_memory")
+
+    assert migrate(raw) == NAMES[3:] == ["004_add_covering_indexes"]
+
+    wm_indexes = _index_names(raw, "workflow_memory")
+    assert "ix_workflow_memory_class_cover" in wm_indexes and "ix_workflow_memory_class" not in wm_indexes
+    assert "ix_skillbox_tenant_updated" in _index_names(raw, "skillbox")
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+    assert applied_versions(raw) == set(range(1, LATEST + 1))
+    with raw.connect() as conn:  # rows survive the index swap
+        assert conn.execute(select(skillbox.c.id).order_by(skillbox.c.id)).scalars().all() == ["legacy-0", "legacy-1"]
+    assert migrate(raw) == []
+
+
 def test_hand_added_column_without_its_check_gets_it(raw: Engine, db_url: str, tmp_path: Any) -> None:
     if raw.dialect.name == "sqlite":
         pytest.skip("SQLite cannot add a constraint to an existing column (ALTER TABLE has no ADD CONSTRAINT)")
@@ -160,5 +188,14 @@ def test_cli_migrate_reports_applied_then_current(db_url: str) -> None:
     assert (body["applied"], body["current"]) == (NAMES, [])
     second = runner.invoke(app, ["migrate", "--db", db_url])
     assert second.exit_code == 0, second.output
-    assert "0 applied, 3 already current" in second.output
+    assert f"0 applied, {len(NAMES)} already current" in second.output
     assert all(f"current  {n}" in second.output for n in NAMES)
+
+
+def test_004_tenant_updated_index_serves_the_retrieval_cache_stamp(sqlite_engine: Engine) -> None:
+    """The statement ``skillflow.retrieval._stamp`` runs before every cached search: one index seek."""
+    stmt = select(func.max(skillbox.c.updated_at)).where(skillbox.c.agent_id == "a", skillbox.c.user_id == "u")
+    sql = stmt.compile(sqlite_engine, compile_kwargs={"literal_binds": True})
+    with sqlite_engine.connect() as conn:
+        plan = " | ".join(str(r[3]) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+    assert plan == "SEARCH skillbox USING COVERING INDEX ix_skillbox_tenant_updated (agent_id=? AND user_id=?)"

@@ -24,7 +24,7 @@ from skillflow.oracle_sql import (
     oracle_tables,
 )
 from skillflow.storage import migrations
-from skillflow.storage.schema import LATEST, build_metadata
+from skillflow.storage.schema import CLASS_COVER_COLUMNS, LATEST, build_metadata
 
 SQL_FILES = sorted(oracle_dir().rglob("*.sql"))
 NAMES = [m.name for m in migrations.MIGRATIONS]
@@ -201,7 +201,7 @@ def _oracle_files(schema: Schema) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("level", [1, 2, 3])
+@pytest.mark.parametrize("level", range(1, LATEST + 1))
 def test_no_drift_between_oracle_files_and_sqlalchemy_schema(level: int) -> None:
     expected = _sqlalchemy_oracle(level)
     actual = _oracle_files(_run(level))
@@ -226,7 +226,11 @@ def test_oracle_tables_types_and_the_vector_index() -> None:
     )
     assert skillbox.constraints["ck_skillbox_injection_role"] == "check"
     assert schema.tables["workflow_memory"].constraints["ck_workflow_memory_shadow_evaluations_is_json"] == "check"
-    assert schema.migrations == {1, 2, 3}
+    assert schema.migrations == {1, 2, 3, 4}
+    cover = ("agent_id", "user_id", "canonical_hash", "created_at", "outcome", "query_fingerprint", "promoted_skill_id")
+    assert schema.indexes["ix_workflow_memory_class_cover"] == ("workflow_memory", cover, "btree")
+    assert schema.indexes["ix_skillbox_tenant_updated"] == ("skillbox", ("agent_id", "user_id", "updated_at"), "btree")
+    assert "ix_workflow_memory_class" not in schema.indexes  # 004 drops it: the covering index's prefix
 
 
 # ---- re-runnable; fresh install and upgrades end identical -------------------------------------------------------
@@ -247,9 +251,46 @@ def test_the_simulator_raises_what_oracle_raises() -> None:
 
 def test_migrations_are_rerunnable() -> None:
     fresh = _run()
-    assert _run(schema=fresh) == fresh
-    for text in _texts():
-        assert run_script(text, run_script(text, fresh)) == fresh
+    assert _run(schema=fresh) == fresh  # the whole sequence again converges
+    for level, text in enumerate(_texts(), start=1):
+        at_level = _run(level)
+        assert run_script(text, at_level) == at_level  # each script twice in a row
+        if level > 1:
+            assert run_script(text, fresh) == fresh  # 002+ can be re-run at any later time
+    # 001 alone on an upgraded schema re-adds only the index 004 dropped, and 004 drops it again.
+    rerun_001 = run_script(_texts(1)[0], fresh)
+    assert rerun_001.tables == fresh.tables
+    assert set(rerun_001.indexes) - set(fresh.indexes) == {"ix_workflow_memory_class"}
+    assert run_script(_texts()[3], rerun_001) == fresh
+
+
+def test_upgrade_from_003_equals_fresh_install_even_with_a_prebuilt_index() -> None:
+    fresh = _run()
+    level3 = _run(3)
+    assert "ix_workflow_memory_class" in level3.indexes and "ix_workflow_memory_class_cover" not in level3.indexes
+    assert run_script(_texts()[3], level3) == fresh
+    # A DBA built the covering index beforehand (e.g. ONLINE) under its name, or the same columns under another.
+    for name in ("ix_workflow_memory_class_cover", "ix_wm_cover_dba"):
+        prebuilt = level3.copy()
+        apply(prebuilt, f"create index {name} on workflow_memory ({', '.join(CLASS_COVER_COLUMNS)})")
+        upgraded = run_script(_texts()[3], prebuilt)
+        assert upgraded.tables == fresh.tables and upgraded.migrations == fresh.migrations
+        assert upgraded.indexes[name] == ("workflow_memory", CLASS_COVER_COLUMNS, "btree")
+        assert {n: ix[:2] for n, ix in upgraded.indexes.items() if n != name} == {
+            n: ix[:2] for n, ix in fresh.indexes.items() if n != "ix_workflow_memory_class_cover"
+        }
+
+
+def test_drop_index_is_simulated_and_must_be_guarded() -> None:
+    schema = _run(3)
+    apply(schema, "drop index ix_workflow_memory_class")
+    assert "ix_workflow_memory_class" not in schema.indexes
+    with pytest.raises(OracleError) as err:
+        apply(schema, "drop index ix_workflow_memory_class")
+    assert err.value.code == -1418
+    guarded = BLOCK.replace("create table t (a varchar2(10 char) default ''x'' not null)", "drop index ix_t_a")
+    assert "rerun" in _rules(check_migration(guarded))  # still ignores -955, not what a drop raises
+    assert check_migration(guarded.replace("-955", "-1418")) == []
 
 
 def test_upgrade_from_pre_002_schema_equals_fresh_install() -> None:
@@ -274,7 +315,7 @@ def test_manually_managed_schema_upgrades_to_fresh_install() -> None:
         upgraded = run_script(text, upgraded)
     fresh = _run()
     assert upgraded.tables == fresh.tables
-    assert upgraded.migrations == {2, 3}
+    assert upgraded.migrations == {2, 3, 4}
 
 
 class _FakeOracleConn:
@@ -306,6 +347,40 @@ def test_python_oracle_migrations_match_the_sql_files(monkeypatch: pytest.Monkey
         assert check_statement(sql) == []
         apply(schema, sql)
     assert schema.tables == _run().tables
+
+
+class _SimulatedOracleConn:
+    """Applies what ``skillflow migrate`` executes on Oracle to a simulated schema, checking each statement."""
+
+    class dialect:
+        name = "oracle"
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.executed: list[str] = []
+
+    def execute(self, clause: Any) -> None:
+        sql = str(clause).strip()
+        assert check_statement(sql) == [], sql
+        apply(self.schema, sql)
+        self.executed.append(sql)
+
+
+@pytest.mark.parametrize("prebuilt", [False, True])
+def test_python_oracle_migration_004_matches_the_sql_file(monkeypatch: pytest.MonkeyPatch, prebuilt: bool) -> None:
+    conn = _SimulatedOracleConn(_run(3))
+    if prebuilt:  # a DBA built the covering index ahead of the release
+        apply(
+            conn.schema,
+            f"create index ix_workflow_memory_class_cover on workflow_memory ({', '.join(CLASS_COVER_COLUMNS)})",
+        )
+    monkeypatch.setattr(migrations, "_has_index", lambda _conn, table, name: name in conn.schema.indexes)
+    migrations._m004(conn)  # type: ignore[arg-type]
+    assert len(conn.executed) == (2 if prebuilt else 3)
+    migrations._m004(conn)  # type: ignore[arg-type]  # a re-run finds everything done
+    assert len(conn.executed) == (2 if prebuilt else 3)
+    fresh = _run()
+    assert (conn.schema.tables, conn.schema.indexes) == (fresh.tables, fresh.indexes)
 
 
 # ---- queries -----------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, inspect, insert, select, text
+from sqlalchemy import Connection, Engine, Index, insert, inspect, select, text
+from sqlalchemy.schema import CreateIndex, DropIndex
 
 from skillflow.models import utcnow
 from skillflow.storage.schema import ROLES, build_metadata, schema_migrations
@@ -27,6 +28,14 @@ def _has_check(conn: Connection, table: str, name: str) -> bool:
         return name in {c.get("name") for c in inspect(conn).get_check_constraints(table)}
     except NotImplementedError:  # pragma: no cover - every supported dialect implements it
         return False
+
+
+def _has_index(conn: Connection, table: str, name: str) -> bool:
+    return name in {ix["name"] for ix in inspect(conn).get_indexes(table)}
+
+
+def _index(level: int, table: str, name: str) -> Index:
+    return next(ix for ix in build_metadata(level).tables[table].indexes if ix.name == name)
 
 
 def _m001(conn: Connection) -> None:
@@ -79,7 +88,8 @@ def _m003(conn: Connection) -> None:
         "workflow_memory",
         "shadow_evaluations",
         sqlite="ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT CONSTRAINT "
-        "ck_workflow_memory_shadow_evaluations_json CHECK (shadow_evaluations IS NULL OR json_valid(shadow_evaluations))",
+        "ck_workflow_memory_shadow_evaluations_json "
+        "CHECK (shadow_evaluations IS NULL OR json_valid(shadow_evaluations))",
         postgresql=["ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT"],
         oracle=[
             "ALTER TABLE workflow_memory ADD (shadow_evaluations CLOB)",
@@ -89,10 +99,30 @@ def _m003(conn: Connection) -> None:
     )
 
 
+# (table, index) pairs migration 004 creates, and the index it drops because the first one supersedes it.
+M004_CREATE = (("workflow_memory", "ix_workflow_memory_class_cover"), ("skillbox", "ix_skillbox_tenant_updated"))
+M004_DROP = ("workflow_memory", "ix_workflow_memory_class")
+
+
+def _m004(conn: Connection) -> None:
+    """Create the covering and tenant/updated_at indexes, then drop the class index they supersede.
+
+    Each step checks first (like ``Index.create(checkfirst=True)``), so a DBA may pre-build the indexes
+    (``CREATE INDEX CONCURRENTLY`` on PostgreSQL, ``ONLINE`` on Oracle) and migrate then only records 004.
+    """
+    for table, name in M004_CREATE:
+        if not _has_index(conn, table, name):
+            conn.execute(CreateIndex(_index(4, table, name)))
+    table, name = M004_DROP
+    if _has_index(conn, table, name):
+        conn.execute(DropIndex(_index(3, table, name)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
     Migration(3, "003_add_shadow_evaluations", _m003),
+    Migration(4, "004_add_covering_indexes", _m004),
 )
 
 

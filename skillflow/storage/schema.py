@@ -2,7 +2,9 @@
 
 ``build_metadata(level)`` returns the schema as it stands after migration ``level``: migration 001
 creates the upstream-era shape, 002 adds ``skillbox.injection_role`` and 003 adds
-``workflow_memory.shadow_evaluations``, so fresh installs and upgrades follow one path.
+``workflow_memory.shadow_evaluations``, 004 replaces ``ix_workflow_memory_class`` by the covering index
+``ix_workflow_memory_class_cover`` (its prefix is the old index, so nothing loses an index) and adds
+``ix_skillbox_tenant_updated``, so fresh installs and upgrades follow one path.
 ``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
 """
 
@@ -25,13 +27,23 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 3
+LATEST = 4
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
 STATUSES = ("candidate", "shadow", "active", "deprecated", "demoted", "rejected")
 OUTCOMES = ("success", "failure", "unknown")
 ROLES = ("user", "developer")
+# What the per-tenant class aggregation reads; migration 004 indexes exactly these, in this order.
+CLASS_COVER_COLUMNS = (
+    "agent_id",
+    "user_id",
+    "canonical_hash",
+    "created_at",
+    "outcome",
+    "query_fingerprint",
+    "promoted_skill_id",
+)
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -99,11 +111,16 @@ def build_metadata(level: int = LATEST) -> MetaData:
     _json_col(wf, "metadata")
     if level >= 3:
         _json_col(wf, "shadow_evaluations")
+    if level >= 4:
+        # Covers the per-tenant GROUP BY canonical_hash (aggregate.aggregate_query) without touching table
+        # rows; its first four columns are the old ix_workflow_memory_class, which 004 drops as redundant.
+        wf.append(Index("ix_workflow_memory_class_cover", *CLASS_COVER_COLUMNS))
+    else:
+        wf.append(Index("ix_workflow_memory_class", *CLASS_COVER_COLUMNS[:4]))
     Table(
         "workflow_memory",
         md,
         *wf,
-        Index("ix_workflow_memory_class", "agent_id", "user_id", "canonical_hash", "created_at"),
         Index("ix_workflow_memory_tenant_created", "agent_id", "user_id", "created_at"),
         Index("ix_workflow_memory_promoted", "promoted_skill_id"),
         Index("ix_workflow_memory_outbox", "shadow_pending", "created_at"),
@@ -137,6 +154,8 @@ def build_metadata(level: int = LATEST) -> MetaData:
     if level >= 2:
         sk.append(Column("injection_role", String(20), nullable=False, server_default=text("'user'")))
         sk.append(CheckConstraint(_in("injection_role", ROLES), name="injection_role"))
+    if level >= 4:  # the retrieval cache's version stamp (newest updated_at of a tenant) is one index seek
+        sk.append(Index("ix_skillbox_tenant_updated", "agent_id", "user_id", "updated_at"))
     Table(
         "skillbox",
         md,
