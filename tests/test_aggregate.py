@@ -213,3 +213,27 @@ def test_sqlite_plan_is_an_index_only_range_scan(sqlite_engine: Engine) -> None:
     assert (
         "SEARCH seq USING INDEX ix_workflow_memory_class_cover (agent_id=? AND user_id=? AND canonical_hash=?)" in plan
     )
+
+
+def test_bench_index_swap_measures_the_pre_004_plan(tmp_path: Any) -> None:
+    """``bench cycle`` times the pre-004 index set on its throwaway db, then restores the shipped schema."""
+    from skillflow.bench.cycle import use_index_set
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'bench.db'}")
+    migrate(engine)
+    stmt = aggregate_query("agent", "u1").compile(engine, compile_kwargs={"literal_binds": True})
+
+    def plan() -> str:
+        with engine.connect() as conn:
+            return " | ".join(str(r[3]) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {stmt}")))
+
+    assert "COVERING INDEX ix_workflow_memory_class_cover" in plan()
+    use_index_set(engine, covering=False)
+    old = plan()
+    assert "USING INDEX ix_workflow_memory_class (agent_id=? AND user_id=?" in old and "_cover" not in old
+    assert use_index_set(engine, covering=False) == 0  # already there: nothing built
+    use_index_set(engine, covering=True)
+    assert "COVERING INDEX ix_workflow_memory_class_cover" in plan() and "ix_workflow_memory_class " not in plan()
+    engine.dispose()
