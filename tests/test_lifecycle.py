@@ -154,7 +154,10 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
 
     code, out = run("readiness", skill.id[:8], "--json")
     assert code == 0 and json.loads(out)["reasons"][0].startswith("observations 0 <")
-    code, out = run("review", skill.id)
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # a session harness may have set it
+        code, out = run("review", skill.id)
     assert code == 0 and "PREFECT_API_URL" in out.replace("\n", "")
     code, out = run("activate", skill.id, "--role", "developer", "--actor", "ops", "--json")
     assert code == 0 and json.loads(out) == {"skill_id": skill.id, "status": "active", "injection_role": "developer"}
