@@ -158,7 +158,7 @@ def run_simulated(db: str) -> None:
     from skillflow.simulator import business_outcome, simulate_runs
 
     demo = Demo(db, 11)
-    demo.step("fresh database: migrations 001 → 003")
+    demo.step("fresh database: every migration, recorded")
     _fresh_sqlite(db)
     console.print(f"applied: {', '.join(migrate(demo.engine))}  on {db}")
 
@@ -207,6 +207,10 @@ def run_simulated(db: str) -> None:
     with demo.engine.connect() as conn:
         readiness = get_shadow_readiness(conn, skill.id, demo.config)
     console.print(f"readiness of {skill.name} (advisory): {readiness}")
+    console.print(
+        "readiness never activates anything: a mismatch may be a valid alternative procedure; "
+        "the reviewer reads the SKILL.md and this evidence and decides."
+    )
 
     demo.step("review: activate at user authority (`skillflow activate ID --role user`)")
     active = activate_skill(demo.engine, skill.id, role="user", actor="cli:demo-reviewer")
