@@ -301,27 +301,40 @@ def _status(demo: Demo) -> None:
 
 def run_corpus(db: str, corpus: Path) -> None:
     """τ-bench: the same turns with the execution outcome and with the episode reward as evaluator."""
+    from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
     from skillflow.ingest.tau_bench import ingest_tau_bench
 
+    agent, user = "tau-bench-airline", "shared"
     demo = Demo(db, 3)
-    demo.step("fresh databases, τ-bench ingest with two outcome definitions")
-    reports = {}
+    rows: dict[str, dict[str | None, Any]] = {}
     for outcome in ("execution", "reward"):
+        demo.step(f"τ-bench GPT-4o airline runs, {outcome} outcome → promotion cycle")
         url = db if outcome == "reward" else db.replace(".db", "-execution.db")
         _fresh_sqlite(url)
         engine = make_engine(url)
         migrate(engine)
-        sf = Skillflow(agent_id="tau-bench-airline", engine=engine)
-        rep = ingest_tau_bench(corpus, sf, outcome=outcome)
-        console.print(f"{outcome:>9}: {rep}")
-        console.print(_class_table(engine, "tau-bench-airline", "shared", limit=10))
-        demo.step(f"promotion cycle — {outcome} outcomes")
-        from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
-
-        reports[outcome] = promotion_cycle(
-            PromotionCycleParams(database_url=url, agent_id="tau-bench-airline", force=True)
-        )[0]
-        console.print(_report_table(reports[outcome]))
+        rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)
+        console.print(
+            f"{rep.runs} user turns stored ({rep.with_identity} with a trajectory identity) in {url}; "
+            f"outcomes {dict(rep.outcomes)}"
+        )
+        console.print(_class_table(engine, agent, user, limit=10))
+        report = promotion_cycle(PromotionCycleParams(database_url=url, agent_id=agent, force=True))[0]
+        console.print(_report_table(report))
+        with engine.connect() as conn:
+            sequences = {c.canonical_hash: c.tool_sequence for c in aggregate_classes(conn, agent, user)}
+        rows[outcome] = {sequences.get(r.canonical_hash): r for r in report.gates}
+    demo.step("what the business outcome changes")
+    lines = []
+    for seq in ("book_reservation", "cancel_reservation"):
+        ex, rw = rows["execution"].get(seq), rows["reward"].get(seq)
+        if ex is not None and rw is not None:
+            lines.append(
+                f"{seq}: execution outcome {ex.success_rate:.2f} → "
+                f"{'passes every gate' if all(ex.checks.values()) else 'fails a gate'} ({ex.decision}); "
+                f"episode reward as evaluator {rw.success_rate:.2f} → {rw.decision} ({rw.reason})"
+            )
+    console.print(Panel("\n".join(lines) or "classes not found", title="per-turn procedures on τ-bench"))
     console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/]")
 
 
