@@ -5,6 +5,12 @@ sampled trigger query, never the procedure or tools — and its score is the max
 over them (REFERENCE §10). Lifecycle, agent and user filters are applied before top-k on every backend:
 SQLite/PostgreSQL select only the tenant's vectors of that model for skills in that status and rank them
 exactly with numpy; Oracle ranks in SQL with ``VECTOR_DISTANCE … FETCH FIRST``.
+
+The numpy ranking prunes without approximating: each cached skill keeps the centroid ``c`` of its vectors
+and the radius ``r = max ||v - c||``, so ``q·v <= q·c + r·||q||`` bounds every score of the skill. One
+product over the centroids discards the skills that cannot reach ``min_score`` (or the k-th best score of
+the skills with the highest bounds); only the survivors' vectors are scored, and every returned score is
+recomputed canonically (float64, per row) so the result does not depend on which path produced it.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from skillflow.storage.schema import skill_vectors, skillbox
 from skillflow.storage.skills import SkillRecord
 
 PROFILE = "profile"
+PRUNE_MAX_FRACTION = 0.25  # more surviving skills than this → one full product is cheaper than a gather
 SPARE = 4
 TRIGGER = "trigger"
 
@@ -118,7 +125,35 @@ class _Matrix:
     stamp: tuple[Any, ...]
     skill_ids: np.ndarray  # one entry per skill, aligned with ``starts``
     starts: np.ndarray  # first row of each skill in ``vectors`` (rows grouped by skill)
+    counts: np.ndarray  # rows per skill
     vectors: np.ndarray  # float32 (n_vectors, dim)
+    centroids: np.ndarray  # float32 (n_skills, dim): mean of each skill's vectors
+    radii: np.ndarray  # float64 (n_skills,): max distance of a skill's vectors from its centroid, rounded up
+    tol: float  # bound on the float32 rounding error of any product with a unit query
+
+
+def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> _Matrix:
+    """Group rows (sorted by skill id) into skills and precompute the centroid/radius bounds."""
+    if not ids:
+        none = np.empty(0, np.int64)
+        return _Matrix(stamp, np.empty(0, dtype=object), none, none, vectors, vectors, np.empty(0), 0.0)
+    starts = np.asarray([i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]], np.int64)
+    counts = np.diff(np.append(starts, len(ids)))
+    centroids = (np.add.reduceat(vectors, starts, axis=0, dtype=np.float64) / counts[:, None]).astype(np.float32)
+    diff = vectors - np.repeat(centroids, counts, axis=0)
+    radii = np.sqrt(np.maximum.reduceat(np.einsum("ij,ij->i", diff, diff, dtype=np.float64), starts))
+    # Rounding: a float32 dot product of ``dim`` terms errs by at most ~dim·2⁻²⁴·|v|·|q| (doubled here).
+    vmax = float(np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64).max()))
+    return _Matrix(
+        stamp=stamp,
+        skill_ids=np.asarray([ids[i] for i in starts], dtype=object),
+        starts=starts,
+        counts=counts,
+        vectors=vectors,
+        centroids=centroids,
+        radii=radii * (1 + 1e-6) + 1e-7 * vmax,
+        tol=(vectors.shape[1] + 4) * 2.0**-23 * vmax,
+    )
 
 
 class _TenantCache:
@@ -181,14 +216,64 @@ def _load_matrix(
         .order_by(skill_vectors.c.skill_id, skill_vectors.c.ordinal)
     ).all()
     if not rows:
-        return _Matrix(stamp, np.empty(0, dtype=object), np.empty(0, dtype=np.int64), np.zeros((0, 0), np.float32))
-    ids = [r[0] for r in rows]
+        return _matrix(stamp, [], np.zeros((0, 0), np.float32))
     dims = {len(r[1]) for r in rows}
     if len(dims) != 1:
         raise ValueError(f"skill vectors of model {model_id!r} have mixed dimensions")
     vectors = np.ascontiguousarray(np.vstack([r[1] for r in rows]), dtype=np.float32)
-    starts = [i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]]
-    return _Matrix(stamp, np.asarray([ids[i] for i in starts], dtype=object), np.asarray(starts, np.int64), vectors)
+    return _matrix(stamp, [r[0] for r in rows], vectors)
+
+
+def _rows(m: _Matrix, skills: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of ``skills``' vectors and the offset of each skill's first row among them."""
+    counts = m.counts[skills]
+    offsets = np.cumsum(counts) - counts
+    return np.repeat(m.starts[skills] - offsets, counts) + np.arange(int(counts.sum())), offsets
+
+
+def _exact(m: _Matrix, q: np.ndarray, skills: np.ndarray) -> np.ndarray:
+    """Canonical scores: per row, a float64 sum of exact products (independent of the other rows)."""
+    rows, offsets = _rows(m, skills)
+    per_row = (m.vectors[rows].astype(np.float64) * q.astype(np.float64)).sum(axis=1)
+    return np.asarray(np.maximum.reduceat(per_row, offsets), dtype=np.float64)
+
+
+def _candidates(m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float) -> np.ndarray:
+    """Ascending indices of the skills that can be in the top ``k``; every skill when too many survive."""
+    n = m.starts.size
+    q_norm = float(np.linalg.norm(q))
+    upper = (m.centroids @ q) + m.radii * q_norm + m.tol * q_norm  # ≥ every score of the skill
+    cand = np.flatnonzero(upper >= min_score)
+    if cand.size > k:  # the k best upper bounds name k real scores; the k-th best score is at least their min
+        probe = cand[np.argpartition(-upper[cand], k - 1)[:k]]
+        cand = cand[upper[cand] >= _exact(m, q, probe).min()]
+    return np.arange(n) if cand.size > max_fraction * n else cand
+
+
+def _top_k(
+    m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float = PRUNE_MAX_FRACTION
+) -> list[tuple[int, float]]:
+    """Exact top-``k`` (skill index, score ≥ min_score), best first, ties by skill order — as brute force."""
+    n = m.starts.size
+    tol = m.tol * float(np.linalg.norm(q))
+    cand = _candidates(m, q, k, min_score, max_fraction)
+    if cand.size == 0:
+        return []
+    if cand.size == n:  # float32 scores of every skill (within ``tol`` of the canonical ones)
+        approx = np.maximum.reduceat(m.vectors @ q, m.starts)
+    else:
+        rows, offsets = _rows(m, cand)
+        approx = np.maximum.reduceat(m.vectors[rows] @ q, offsets)
+    near = approx >= min_score - tol
+    cand, approx = cand[near], approx[near]
+    if cand.size > k:  # only skills within rounding of the k-th best can be in the top k
+        cand = cand[approx >= np.partition(approx, -k)[-k] - 2 * tol]
+    if cand.size == 0:
+        return []
+    scores = _exact(m, q, cand)
+    keep = np.flatnonzero(scores >= min_score)
+    order = keep[np.argsort(-scores[keep], kind="stable")][:k]
+    return [(int(cand[i]), float(scores[i])) for i in order]
 
 
 def _rank_numpy(
@@ -212,12 +297,7 @@ def _rank_numpy(
     q = np.asarray(query_vec, dtype=np.float32).ravel()
     if q.shape[0] != matrix.vectors.shape[1]:
         raise ValueError(f"query vector has dimension {q.shape[0]}, skill vectors {matrix.vectors.shape[1]}")
-    per_skill = np.maximum.reduceat(matrix.vectors @ q, matrix.starts)
-    keep = np.flatnonzero(per_skill >= min_score)
-    if keep.size == 0:
-        return []
-    order = keep[np.argsort(-per_skill[keep], kind="stable")][:k]
-    return [(str(matrix.skill_ids[i]), float(per_skill[i])) for i in order]
+    return [(str(matrix.skill_ids[i]), score) for i, score in _top_k(matrix, q, k, min_score)]
 
 
 def _rank_oracle(

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select, update
 
 from skillflow.embeddings import HashingEmbedder
@@ -199,3 +201,168 @@ def test_bench_retrieval_runs_the_real_search_path() -> None:
     (prec,) = result.precision
     assert prec.queries == 5 * 3 and prec.out_of_pool_queries == 20 * 3
     assert prec.hit_at_1 + prec.wrong_skill_rate + prec.miss_rate == pytest.approx(1.0)
+
+
+# --- exact pruning: the centroid/radius bound never changes a result --------------------------------------
+
+
+def brute_force(groups: list[np.ndarray], q: np.ndarray, k: int, min_score: float) -> list[tuple[int, float]]:
+    """Reference: every vector scored (float64 per row), max per skill, threshold, best first, ties by order."""
+    q64 = q.astype(np.float64)
+    scores = [max(float((v.astype(np.float64) * q64).sum()) for v in g) for g in groups]
+    keep = [i for i, s in enumerate(scores) if s >= min_score]
+    return [(i, scores[i]) for i in sorted(keep, key=lambda i: (-scores[i], i))[:k]]
+
+
+def as_matrix(groups: list[np.ndarray]) -> Any:
+    from skillflow.retrieval import _matrix
+
+    ids = [f"s{i:04d}" for i, g in enumerate(groups) for _ in range(len(g))]
+    return _matrix(("stamp",), ids, np.ascontiguousarray(np.vstack(groups), dtype=np.float32))
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+    return np.asarray(rows / np.where(norms == 0, 1, norms), dtype=np.float32)
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int, per: int, spread: float) -> list[np.ndarray]:
+    """``n`` skills of 1..per unit vectors around a random center; noise of norm ≈ ``spread``."""
+    centers = unit(rng.standard_normal((n, dim)))
+    noise = spread / np.sqrt(dim)
+    return [unit(c + noise * rng.standard_normal((int(rng.integers(1, per + 1)), dim))) for c in centers]
+
+
+def assert_same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    assert [i for i, _ in got] == [i for i, _ in want]
+    assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
+
+
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 60),
+    dim=st.sampled_from([2, 3, 8, 24]),
+    per=st.integers(1, 7),
+    spread=st.sampled_from([0.0, 0.05, 0.3, 1.0, 10.0]),
+    duplicates=st.booleans(),
+    quantize=st.booleans(),
+    scale=st.sampled_from([1.0, 1.0, 0.5, 3.0]),
+    k=st.integers(1, 8),
+    min_score=st.one_of(st.sampled_from([-1.0, -10.0, 0.0, 0.7, 0.99, 1.0]), st.floats(-1.2, 1.2)),
+    max_fraction=st.sampled_from([0.0, 0.25, 1.0]),
+)
+@settings(max_examples=300, deadline=None)
+def test_pruned_top_k_equals_brute_force(
+    seed: int,
+    n: int,
+    dim: int,
+    per: int,
+    spread: float,
+    duplicates: bool,
+    quantize: bool,
+    scale: float,
+    k: int,
+    min_score: float,
+    max_fraction: float,
+) -> None:
+    from skillflow.retrieval import _top_k
+
+    rng = np.random.default_rng(seed)
+    groups = clustered(rng, n, dim, per, spread)
+    if quantize:  # coarse values: many exact score ties between different skills and rows
+        groups = [unit(np.round(g * 2)) for g in groups]
+    if duplicates and n > 1:  # whole skills repeated: exact ties must keep skill order
+        groups = [groups[int(rng.integers(0, i + 1))] if rng.random() < 0.3 else g for i, g in enumerate(groups)]
+    groups = [g * np.float32(scale) for g in groups]  # the bound does not assume unit skill vectors
+    q = unit(rng.standard_normal(dim)) if rng.random() < 0.5 else unit(groups[int(rng.integers(0, n))][0])
+    if quantize:
+        q = unit(np.round(q * 2))
+    got = _top_k(as_matrix(groups), q, k, min_score, max_fraction)
+    assert_same(got, brute_force(groups, q, k, min_score))
+    # and the scores agree with the plain float32 product the search used before pruning
+    flat = np.maximum.reduceat(np.vstack(groups) @ q, np.cumsum([0] + [len(g) for g in groups[:-1]]))
+    assert [s for _, s in got] == pytest.approx([float(flat[i]) for i, _ in got], abs=1e-6)
+
+
+def test_pruning_discards_far_skills_and_keeps_a_skill_with_scattered_vectors() -> None:
+    from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates, _top_k
+
+    rng = np.random.default_rng(7)
+    dim = 64
+    groups = clustered(rng, 400, dim, 6, 0.6)
+    target = unit(rng.standard_normal(dim))
+    # Far-apart vectors: one matches the query exactly, the others point elsewhere, so the centroid is far
+    # from the matching vector and the bound must rely on the radius.
+    scattered = np.vstack([unit(rng.standard_normal((4, dim))), target[None, :]])
+    groups[123] = unit(scattered)
+    groups[300] = unit(target + 0.04 * rng.standard_normal((3, dim)))  # a close cluster around the query
+    m = as_matrix(groups)
+    for k, min_score in ((2, 0.7), (6, 0.7), (2, 0.0), (1, -1.0), (6, -1.0)):
+        want = brute_force(groups, target, k, min_score)
+        cand = _candidates(m, target, k, min_score, PRUNE_MAX_FRACTION)
+        if (k, min_score) != (6, -1.0):  # the 6th best score without a threshold is noise-level: weak pruning
+            assert 0 < cand.size <= 0.05 * len(groups), (k, min_score, cand.size)
+        assert {i for i, _ in want} <= set(cand.tolist())
+        assert_same(_top_k(m, target, k, min_score), want)
+    assert [i for i, _ in _top_k(m, target, 2, 0.7)] == [123, 300]
+    assert _top_k(m, target, 2, 0.7)[0][1] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_pruning_falls_back_to_the_full_product_when_bounds_cannot_prune() -> None:
+    from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates, _top_k
+
+    rng = np.random.default_rng(3)
+    # Six unrelated random directions per skill: radius ≈ 0.93, so at 0.3 no bound is below the threshold.
+    groups = [unit(rng.standard_normal((6, 64))) for _ in range(200)]
+    q = unit(rng.standard_normal(64))
+    assert _candidates(as_matrix(groups), q, 2, 0.3, PRUNE_MAX_FRACTION).size == len(groups)
+    for min_score in (0.3, 0.0, -1.0):
+        assert_same(_top_k(as_matrix(groups), q, 3, min_score), brute_force(groups, q, 3, min_score))
+
+
+def test_search_with_pruning_matches_brute_force_on_stored_vectors(engine: Engine) -> None:
+    topics = ["refund a damaged order", "book a hotel room", "reset a password", "cancel a flight", "change an address"]
+    ids = []
+    for i in range(40):
+        topic = topics[i % len(topics)]
+        triggers = [f"{topic} number {i}", f"please {topic} {i}", f"i want to {topic} today {i}"]
+        if i == 17:  # far-apart vectors in one skill
+            triggers = ["book a hotel room in paris", "what is my loyalty balance", "report a lost bag"]
+        ids.append(make_skill(engine, chash=f"h{i}", name=f"skill-{i}", description=topic, triggers=triggers).id)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(skill_vectors.c.skill_id, skill_vectors.c.embedding).order_by(
+                skill_vectors.c.skill_id, skill_vectors.c.ordinal
+            )
+        ).all()
+    by_skill: dict[str, list[np.ndarray]] = {}
+    for sid, vec in rows:
+        by_skill.setdefault(sid, []).append(np.asarray(vec, np.float32))
+    order = sorted(by_skill)
+    groups = [np.vstack(by_skill[sid]) for sid in order]
+    for query in ("book a hotel room in paris", "please refund a damaged order 3", "lost bag", "xyz"):
+        q = EMB.embed([query])[0]
+        for k, min_score in ((2, 0.7), (2, 0.3), (4, -1.0), (1, 0.0)):
+            want = brute_force(groups, q, k, min_score)
+            got = search(engine, query=query, k=k, min_score=min_score)
+            assert [s.skill_id for s in got] == [order[i] for i, _ in want], (query, k, min_score)
+            assert [s.score for s in got] == pytest.approx([round(s, 6) for _, s in want], abs=1e-6)
+    assert search(engine, query="book a hotel room in paris", k=1)[0].skill_id == ids[17]
+
+
+def test_near_ties_that_float32_orders_wrongly_are_resolved_exactly() -> None:
+    from skillflow.retrieval import _top_k
+
+    rng = np.random.default_rng(0)
+    reversed_pairs = 0
+    for _ in range(400):
+        v = unit(rng.standard_normal(384))
+        q = unit(v + 0.3 * rng.standard_normal(384))
+        w = (v + 1e-7 * rng.standard_normal(384)).astype(np.float32)  # scores within float32 rounding of v's
+        groups = [w[None, :], *(0.01 * rng.standard_normal((5, 1, 384))).astype(np.float32), v[None, :]]
+        fast = np.vstack(groups) @ q
+        exact = [float((g[0].astype(np.float64) * q.astype(np.float64)).sum()) for g in (w[None, :], v[None, :])]
+        reversed_pairs += bool((fast[0] - fast[-1]) * (exact[0] - exact[1]) < 0)
+        for max_fraction in (0.0, 1.0):  # the full float32 product, and the gathered one
+            assert_same(_top_k(as_matrix(groups), q, 1, 0.0, max_fraction), brute_force(groups, q, 1, 0.0))
+    assert reversed_pairs > 0  # the float32 product did order some pairs wrongly
