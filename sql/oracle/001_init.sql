@@ -5,7 +5,7 @@
 -- Re-runnable: every DDL runs in a PL/SQL block that ignores only "already exists" errors
 -- (ORA-00955 name already used, ORA-01408 column list already indexed) and re-raises anything else.
 -- JSON columns are CLOB CHECK (col IS JSON); timestamps are UTC TIMESTAMP WITH TIME ZONE bound by the
--- application. Then run 002_add_skill_injection_role.sql and 003_add_shadow_evaluations.sql.
+-- application. Then run 002_add_skill_injection_role.sql, 003_add_shadow_evaluations.sql and 004_add_covering_indexes.sql.
 
 whenever sqlerror exit failure rollback
 set define off
