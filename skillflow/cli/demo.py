@@ -153,7 +153,6 @@ def run_simulated(db: str) -> None:
     from flows.data_quality import DataQualityParams, data_quality
     from flows.drift_demotion import DriftDemotionParams, drift_demotion
     from flows.shadow_evaluation import ShadowEvaluationParams, shadow_evaluation
-    from skillflow.lifecycle import activate_skill
     from skillflow.readiness import get_shadow_readiness
     from skillflow.simulator import business_outcome, simulate_runs
 
@@ -213,7 +212,12 @@ def run_simulated(db: str) -> None:
     )
 
     demo.step("review: activate at user authority (`skillflow activate ID --role user`)")
-    active = activate_skill(demo.engine, skill.id, role="user", actor="cli:demo-reviewer")
+    from skillflow.cli.commands.lifecycle import activate_cmd
+
+    console.print(f"$ skillflow activate {skill.id[:12]} --role user --actor demo-reviewer")
+    activate_cmd(skill_id=skill.id, role="user", actor="demo-reviewer", db=db, json=False)
+    with demo.engine.connect() as conn:
+        active = get_skill(conn, skill.id)
     console.print(
         f"{active.name} v{active.version}: {active.status}, role {active.injection_role}; "
         f"{_stamped(demo.engine, skill.id)} runs of its class stamped (suppressed from workflow retrieval)"
