@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATABASE_URL = "sqlite:///.skillflow/skillflow.db"
-CONFIG_PATH_ENV = "SKILLFLOW_CONFIG"
+CONFIG_PATH_ENV = "SKILLFLOW_CONFIG_PATH"
 
 
 class PromotionConfig(BaseModel):
@@ -94,7 +94,9 @@ class Settings(BaseSettings):
     llm_max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/timeouts")
     openai_api_key: SecretStr | None = Field(None, description="OpenAI key (environment only)")
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic key (environment only)")
-    config_path: Path = Field(Path("config/skillflow.toml"), description="Reviewed TOML settings file")
+    config_path: Path = Field(
+        Path("config/skillflow.toml"), description="Reviewed TOML settings file ([promotion], [schedules])"
+    )
 
 
 def _toml(path: Path) -> dict[str, Any]:
