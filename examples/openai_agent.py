@@ -54,4 +54,4 @@ def run_agent(sf: Skillflow, client: OpenAI, query: str, user_id: str, model: st
 
 
 if __name__ == "__main__":
-    print(run_agent(Skillflow(agent_id="support-agent"), OpenAI(), sys.argv[1], sys.argv[2]))
+    print(run_agent(Skillflow(agent_id="support-agent", continual_learning=True), OpenAI(), sys.argv[1], sys.argv[2]))

@@ -67,6 +67,7 @@ class Skillflow:
     workflow_outcome_evaluator: Evaluator | None = None
     continual_learning: bool | None = None
     workflow_memory: bool = True
+    skillbox: bool | None = None  # default: on exactly when continual learning is on
     spool_dir: Path | None = None
     engine: Engine | None = None
     embedder: Embedder | None = None
@@ -74,7 +75,11 @@ class Skillflow:
 
     def __post_init__(self) -> None:
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
-        self.options = LearningOptions(continual_learning=enabled, workflow_memory=self.workflow_memory)
+        self.options = LearningOptions(
+            continual_learning=enabled,
+            workflow_memory=self.workflow_memory,
+            skillbox=enabled if self.skillbox is None else self.skillbox,
+        )
         self.config = self.config or load_promotion_config()
         if self.engine is None:
             self.engine = cached_engine(self.database_url or get_settings().database_url)

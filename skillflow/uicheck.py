@@ -125,7 +125,7 @@ def seed_runs(database_url: str) -> int:
 
     engine = make_engine(database_url)
     migrate(engine)
-    sf = Skillflow(agent_id="ui-check", engine=engine)
+    sf = Skillflow(agent_id="ui-check", engine=engine, continual_learning=True)
     sf.register_tools(["lookup_order", "issue_refund"])
     for i in range(6):
         steps = [

@@ -159,3 +159,35 @@ def test_runtime_imports_neither_prefect_nor_great_expectations() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_continual_learning_switch_controls_injection(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from skillflow.embeddings import HashingEmbedder
+    from skillflow.models import SkillStatus
+    from skillflow.retrieval import write_skill_vectors
+    from skillflow.storage.skills import insert_skill
+
+    emb = HashingEmbedder()
+    with engine.begin() as conn:
+        skill = insert_skill(
+            conn,
+            agent_id="agent",
+            user_id="u1",
+            canonical_hash=GOLDEN_HASH,
+            name="refund-order",
+            description="Use when the user asks for a refund of an order.",
+            content="---\nname: refund-order\n---\n",
+            status=SkillStatus.ACTIVE,
+            preconditions=["the user gave an order id"],
+            trigger_queries=["please refund my order"],
+        )
+        write_skill_vectors(conn, skill, emb)
+    monkeypatch.delenv("SKILLFLOW_CONTINUAL_LEARNING", raising=False)
+    off = Skillflow(agent_id="agent", engine=engine, embedder=emb)
+    assert not off.options.continual_learning and not off.options.skillbox and off.options.workflow_memory
+    assert off.prepare("please refund my order", "u1").skill_ids == ()
+    assert off.record_run("please refund my order", "u1", _steps()).stored  # workflow memory still records
+    monkeypatch.setenv("SKILLFLOW_CONTINUAL_LEARNING", "1")
+    on = Skillflow(agent_id="agent", engine=engine, embedder=emb, workflow_memory=False)
+    assert on.options.workflow_memory and on.options.skillbox  # enabling it forces both on
+    assert on.prepare("please refund my order", "u1").skill_ids == (skill.id,)

@@ -217,7 +217,7 @@ def test_prepare_never_raises_and_respects_disabled_skillbox(engine: Engine) -> 
         def embed(self, texts: Any) -> Any:
             raise RuntimeError("embedding service down")
 
-    broken = Skillflow(agent_id="a", engine=engine, config=sf.config, embedder=Broken())  # type: ignore[arg-type]
+    broken = Skillflow(agent_id="a", engine=engine, config=sf.config, embedder=Broken(), continual_learning=True)  # type: ignore[arg-type]
     prepared = broken.prepare(QUERY, "u")
     assert prepared.skill_ids == () and prepared.request["messages"][-1] == {"role": "user", "content": QUERY}
     sf.options.skillbox = False

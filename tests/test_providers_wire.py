@@ -53,7 +53,7 @@ def add_skill(engine: Engine, chash: str, role: InjectionRole, body: str) -> str
 
 def skillflow(engine: Engine) -> Skillflow:
     config = PromotionConfig(require_shadow=True, retrieval_min_similarity=0.7)
-    return Skillflow(agent_id="support-agent", engine=engine, config=config, embedder=EMB)
+    return Skillflow(agent_id="support-agent", engine=engine, config=config, embedder=EMB, continual_learning=True)
 
 
 @pytest.fixture

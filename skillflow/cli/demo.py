@@ -162,8 +162,10 @@ def run_simulated(db: str) -> None:
     console.print(f"applied: {', '.join(migrate(demo.engine))}  on {db}")
 
     demo.step("400 simulated runs per tenant, through the capture API an agent uses")
-    biz = Skillflow(agent_id=AGENT, engine=demo.engine, workflow_outcome_evaluator=business_outcome)
-    exe = Skillflow(agent_id=AGENT, engine=demo.engine)
+    biz = Skillflow(
+        agent_id=AGENT, engine=demo.engine, workflow_outcome_evaluator=business_outcome, continual_learning=True
+    )
+    exe = Skillflow(agent_id=AGENT, engine=demo.engine, continual_learning=True)
     start = utcnow() - timedelta(hours=8)
     for sf, user in ((biz, BUSINESS), (exe, EXECUTION)):
         rep = simulate_runs(sf, 400, 7, user_id=user, start=start, step=timedelta(minutes=1))

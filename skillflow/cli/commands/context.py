@@ -31,7 +31,7 @@ def context_command(
         fail(f"--provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
     from skillflow.runtime import Skillflow
 
-    sf = Skillflow(agent_id=agent_id, engine=engine_for(db))
+    sf = Skillflow(agent_id=agent_id, engine=engine_for(db), continual_learning=True)
     try:
         skills = sf.retrieve_skills(query, user_id)  # unlike prepare() in an agent, errors are shown
     except Exception as exc:  # noqa: BLE001 - reported to the operator, not swallowed
