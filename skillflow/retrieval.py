@@ -6,11 +6,14 @@ over them (REFERENCE §10). Lifecycle, agent and user filters are applied before
 SQLite/PostgreSQL select only the tenant's vectors of that model for skills in that status and rank them
 exactly with numpy; Oracle ranks in SQL with ``VECTOR_DISTANCE … FETCH FIRST``.
 
-The numpy ranking prunes without approximating: each cached skill keeps the centroid ``c`` of its vectors
-and the radius ``r = max ||v - c||``, so ``q·v <= q·c + r·||q||`` bounds every score of the skill. One
-product over the centroids discards the skills that cannot reach ``min_score`` (or the k-th best score of
-the skills with the highest bounds); only the survivors' vectors are scored, and every returned score is
-recomputed canonically (float64, per row) so the result does not depend on which path produced it.
+The numpy ranking prunes without approximating. Each cached skill keeps the direction ``u`` of the mean
+``c = |c|·u`` of its vectors and two bounds on every score ``q·v`` of the skill: the ball
+``q·c + r·|q|`` (``r = max |v - c|``) and the cone ``|q|·|v|·cos(max(0, angle(q, u) - phi))`` (``phi`` =
+the widest angle between ``u`` and a vector of the skill). One product over the directions discards the
+skills whose bound is below ``min_score`` (or below the k-th best score of the skills with the highest
+bounds); only the survivors' vectors are scored, and every returned score is recomputed canonically
+(float64, per row) so the result does not depend on which path produced it. All bounds absorb float32
+rounding, so the result is exactly the brute-force one.
 """
 
 from __future__ import annotations
@@ -127,32 +130,57 @@ class _Matrix:
     starts: np.ndarray  # first row of each skill in ``vectors`` (rows grouped by skill)
     counts: np.ndarray  # rows per skill
     vectors: np.ndarray  # float32 (n_vectors, dim)
-    centroids: np.ndarray  # float32 (n_skills, dim): mean of each skill's vectors
-    radii: np.ndarray  # float64 (n_skills,): max distance of a skill's vectors from its centroid, rounded up
-    tol: float  # bound on the float32 rounding error of any product with a unit query
+    directions: np.ndarray  # float32 (n_skills, dim): direction u of each skill's mean vector
+    lengths: np.ndarray  # |u| (≈ 1; 0 for a zero mean)
+    centers: np.ndarray  # ball center c = centers·u
+    radii: np.ndarray  # max |v - c|, rounded up
+    cos_phi: np.ndarray  # cone half-angle phi around u, rounded up
+    sin_phi: np.ndarray
+    norm_max: np.ndarray  # max and min |v| of each skill
+    norm_min: np.ndarray
+    eps: float  # relative float32 rounding of a product with the query: ≤ dim·2⁻²⁴, doubled here
+    vmax: float  # max |v|
 
 
 def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> _Matrix:
-    """Group rows (sorted by skill id) into skills and precompute the centroid/radius bounds."""
+    """Group rows (sorted by skill id) into skills and precompute the ball and cone bounds."""
     if not ids:
-        none = np.empty(0, np.int64)
-        return _Matrix(stamp, np.empty(0, dtype=object), none, none, vectors, vectors, np.empty(0), 0.0)
+        none, e = np.empty(0, np.int64), np.empty(0)
+        return _Matrix(stamp, none.astype(object), none, none, vectors, vectors, e, e, e, e, e, e, e, 0.0, 0.0)
     starts = np.asarray([i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]], np.int64)
     counts = np.diff(np.append(starts, len(ids)))
-    centroids = (np.add.reduceat(vectors, starts, axis=0, dtype=np.float64) / counts[:, None]).astype(np.float32)
-    diff = vectors - np.repeat(centroids, counts, axis=0)
-    radii = np.sqrt(np.maximum.reduceat(np.einsum("ij,ij->i", diff, diff, dtype=np.float64), starts))
-    # Rounding: a float32 dot product of ``dim`` terms errs by at most ~dim·2⁻²⁴·|v|·|q| (doubled here).
-    vmax = float(np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64).max()))
+    mean = np.add.reduceat(vectors, starts, axis=0, dtype=np.float64) / counts[:, None]
+    centers = np.linalg.norm(mean, axis=1)
+    directions = (mean / np.where(centers > 0, centers, 1)[:, None]).astype(np.float32)
+    lengths = np.linalg.norm(directions.astype(np.float64), axis=1)
+
+    def per_row(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # row dot products accumulated in float64
+        return np.asarray(np.einsum("ij,ij->i", a, b, dtype=np.float64))
+
+    diff = vectors - np.repeat((centers[:, None] * directions).astype(np.float32), counts, axis=0)
+    radii = np.sqrt(np.maximum.reduceat(per_row(diff, diff), starts))
+    del diff
+    norms2 = per_row(vectors, vectors)
+    along = per_row(vectors, np.repeat(directions, counts, axis=0)) / np.repeat(np.maximum(lengths, 1e-300), counts)
+    angles = np.arctan2(np.sqrt(np.maximum(norms2 - along**2, 0)), along)  # of each row from its skill's u
+    phi = np.minimum(np.maximum.reduceat(angles, starts) + 1e-6, np.pi)
+    vmax = float(np.sqrt(norms2.max()))
     return _Matrix(
         stamp=stamp,
         skill_ids=np.asarray([ids[i] for i in starts], dtype=object),
         starts=starts,
         counts=counts,
         vectors=vectors,
-        centroids=centroids,
+        directions=directions,
+        lengths=lengths,
+        centers=centers,
         radii=radii * (1 + 1e-6) + 1e-7 * vmax,
-        tol=(vectors.shape[1] + 4) * 2.0**-23 * vmax,
+        cos_phi=np.cos(phi),
+        sin_phi=np.sin(phi),
+        norm_max=np.sqrt(np.maximum.reduceat(norms2, starts)),
+        norm_min=np.sqrt(np.minimum.reduceat(norms2, starts)),
+        eps=(vectors.shape[1] + 4) * 2.0**-23,
+        vmax=vmax,
     )
 
 
@@ -238,11 +266,22 @@ def _exact(m: _Matrix, q: np.ndarray, skills: np.ndarray) -> np.ndarray:
     return np.asarray(np.maximum.reduceat(per_row, offsets), dtype=np.float64)
 
 
+def _upper_bounds(m: _Matrix, q: np.ndarray) -> np.ndarray:
+    """Per skill, a bound ≥ every float32 and float64 score of its vectors with ``q``."""
+    q_norm = float(np.linalg.norm(q))
+    dots = (m.directions @ q).astype(np.float64)  # q·u, off by at most eps/2·|u|·|q|
+    ball = m.centers * dots + m.radii * q_norm
+    # cos(max(0, angle(q, u) - phi)) grows with cos angle(q, u): evaluate it at the rounded-up cosine.
+    cos_q = np.clip(dots / np.maximum(m.lengths, 1e-300) / max(q_norm, 1e-300) + m.eps, -1.0, 1.0)
+    cos_gap = np.where(cos_q >= m.cos_phi, 1.0, cos_q * m.cos_phi + np.sqrt((1 - cos_q) * (1 + cos_q)) * m.sin_phi)
+    cone = q_norm * np.where(cos_gap >= 0, m.norm_max, m.norm_min) * cos_gap
+    return np.asarray(np.minimum(ball, cone) + m.eps * m.vmax * q_norm, dtype=np.float64)
+
+
 def _candidates(m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float) -> np.ndarray:
     """Ascending indices of the skills that can be in the top ``k``; every skill when too many survive."""
     n = m.starts.size
-    q_norm = float(np.linalg.norm(q))
-    upper = (m.centroids @ q) + m.radii * q_norm + m.tol * q_norm  # ≥ every score of the skill
+    upper = _upper_bounds(m, q)
     cand = np.flatnonzero(upper >= min_score)
     if cand.size > k:  # the k best upper bounds name k real scores; the k-th best score is at least their min
         probe = cand[np.argpartition(-upper[cand], k - 1)[:k]]
@@ -255,7 +294,7 @@ def _top_k(
 ) -> list[tuple[int, float]]:
     """Exact top-``k`` (skill index, score ≥ min_score), best first, ties by skill order — as brute force."""
     n = m.starts.size
-    tol = m.tol * float(np.linalg.norm(q))
+    tol = m.eps * m.vmax * float(np.linalg.norm(q))  # |float32 score - canonical score|
     cand = _candidates(m, q, k, min_score, max_fraction)
     if cand.size == 0:
         return []

@@ -201,6 +201,19 @@ def test_bench_retrieval_runs_the_real_search_path() -> None:
     (prec,) = result.precision
     assert prec.queries == 5 * 3 and prec.out_of_pool_queries == 20 * 3
     assert prec.hit_at_1 + prec.wrong_skill_rate + prec.miss_rate == pytest.approx(1.0)
+    assert result.filler == "random" and (result.load_average is None or result.load_average >= 0)
+
+
+def test_bench_text_filler_embeds_distinct_template_intents(tmp_path: Any) -> None:
+    from skillflow.bench.retrieval import latency, run, text_filler
+
+    mats = text_filler(EMB, 30, 4, np.random.default_rng(1))
+    assert len(mats) == 30 and all(m.shape == (4, EMB.dim) for m in mats)
+    assert len({m[1].tobytes() for m in mats}) == 30  # distinct intents, distinct first triggers
+    result = run(sizes=(40,), pool_sizes=(5,), embedder_name="hashing", vectors_per_skill=3, repeats=20, filler="text")
+    assert result.filler == "text" and result.latency[0].vectors == 25 * 6 + 15 * 3
+    with pytest.raises(ValueError, match="filler"):
+        latency(30, EMB, EMB.embed(["q"]), tmp_path, 3, 10, 0.7, filler="nonsense")
 
 
 # --- exact pruning: the centroid/radius bound never changes a result --------------------------------------
@@ -273,7 +286,9 @@ def test_pruned_top_k_equals_brute_force(
         groups = [unit(np.round(g * 2)) for g in groups]
     if duplicates and n > 1:  # whole skills repeated: exact ties must keep skill order
         groups = [groups[int(rng.integers(0, i + 1))] if rng.random() < 0.3 else g for i, g in enumerate(groups)]
-    groups = [g * np.float32(scale) for g in groups]  # the bound does not assume unit skill vectors
+    groups = [g * np.float32(scale) for g in groups]  # the bounds do not assume unit skill vectors
+    if scale == 3.0:  # nor equal norms within a skill
+        groups = [(g * rng.uniform(0.2, 2.0, (len(g), 1))).astype(np.float32) for g in groups]
     q = unit(rng.standard_normal(dim)) if rng.random() < 0.5 else unit(groups[int(rng.integers(0, n))][0])
     if quantize:
         q = unit(np.round(q * 2))
@@ -366,3 +381,16 @@ def test_near_ties_that_float32_orders_wrongly_are_resolved_exactly() -> None:
         for max_fraction in (0.0, 1.0):  # the full float32 product, and the gathered one
             assert_same(_top_k(as_matrix(groups), q, 1, 0.0, max_fraction), brute_force(groups, q, 1, 0.0))
     assert reversed_pairs > 0  # the float32 product did order some pairs wrongly
+
+
+def test_bounds_hold_for_negative_scores_and_unequal_norms() -> None:
+    from skillflow.retrieval import _top_k
+
+    q = unit(np.array([1.0, 0.0, 0.0]))
+    # Every vector points away from the query; the short one scores highest (least negative).
+    away = np.array([[-3.0, 0.3, 0.0], [-0.2, 0.0, 0.05], [-2.0, -0.4, 0.1]], dtype=np.float32)
+    groups = [away, np.array([[-5.0, 0.0, 0.0]], dtype=np.float32)]
+    for min_score in (-10.0, -1.0, -0.3):
+        for max_fraction in (0.0, 1.0):
+            assert_same(_top_k(as_matrix(groups), q, 2, min_score, max_fraction), brute_force(groups, q, 2, min_score))
+    assert _top_k(as_matrix(groups), q, 1, -1.0)[0] == (0, pytest.approx(-0.2, abs=1e-6))

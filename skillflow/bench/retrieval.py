@@ -1,9 +1,13 @@
 """``skillflow bench retrieval``: skill search latency vs a numpy floor, embedding latency, precision@1.
 
 Latency: per size, a fresh SQLite file holds N ACTIVE skills for the measured tenant (bank skills with
-real vectors + random-vector filler, ``vectors_per_skill`` each) plus N/10 skills of another tenant; each
-query times ``search_skills`` (connection checkout, version stamp, cached matrix, exact max-over-vectors
-ranking, row fetch) excluding the query embedding, next to the bare numpy ranking of the same matrix.
+real vectors + filler, ``vectors_per_skill`` each) plus N/10 skills of another tenant; each query times
+``search_skills`` (connection checkout, version stamp, cached matrix, exact pruned max-over-vectors
+ranking, row fetch) excluding the query embedding, next to the bare numpy brute force over the same matrix.
+Filler ``random``: i.i.d. random unit vectors — a skill whose vectors are unrelated to each other, the worst
+case for the centroid/radius bound (nothing is pruned); ``text``: template intents of one office-documents
+domain (verb × object × context, profile + trigger queries) embedded with the bench's embedder — real
+within-skill geometry and many near-duplicate neighbours.
 Precision: tenants with 5, 25 and 100 skills (bank intents + distractors) answer the bank's held-out
 paraphrases through the real write/search path; a query for an intent outside the pool that retrieves
 anything counts as a wrong skill.
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, insert, text
 
+from skillflow.bench.capture import load_average
 from skillflow.bench.retrieval_bank import BANK, Intent, distractors
 from skillflow.embeddings import Embedder, get_embedder
 from skillflow.models import SkillStatus, new_id, utcnow
@@ -31,6 +36,7 @@ from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import skill_vectors, skillbox
 from skillflow.storage.skills import insert_skill, live_key
 
+FILLERS = ("random", "text")
 TARGET_P95_MS = 2.0
 TARGET_PRECISION = 0.9
 AGENT = "bench-agent"
@@ -86,6 +92,8 @@ class RetrievalBench:
     intents: int
     tenant_index: bool
     latency: list[LatencyRow] = field(default_factory=list)
+    filler: str = "random"
+    load_average: float | None = None  # 1-minute load average when the latency runs started
     embed_p50_ms: float | None = None
     embed_p95_ms: float | None = None
     precision: list[PrecisionRow] = field(default_factory=list)
@@ -149,6 +157,48 @@ def _random_unit(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
     return np.asarray(mat / np.linalg.norm(mat, axis=1, keepdims=True), dtype=np.float32)
 
 
+_VERBS = (
+    "export", "archive", "rename", "share", "print", "translate", "schedule", "summarize", "duplicate", "delete",
+    "restore", "encrypt", "compress", "publish", "review", "approve", "tag", "merge", "split", "sync", "upload",
+    "download", "lock", "convert", "proofread",
+)  # fmt: skip
+_OBJECTS = (
+    "quarterly sales report", "meeting notes", "team calendar", "project roadmap", "expense spreadsheet",
+    "customer survey", "newsletter draft", "warehouse inventory list", "vacation photo album", "recipe collection",
+    "training slides", "product catalog", "podcast transcript", "employee handbook", "press release",
+    "supplier contract", "board minutes", "budget forecast", "onboarding checklist", "marketing brochure",
+    "research paper", "invoice batch", "timesheet", "style guide", "security policy", "release notes",
+    "floor plan", "sales pitch deck", "job description", "travel itinerary", "grant proposal", "user manual",
+    "price list", "incident report", "lesson plan", "event program", "annual review", "shipping manifest",
+    "menu card", "audit log",
+)  # fmt: skip
+_CONTEXTS = (
+    "for the Berlin office", "before Friday", "for the board meeting", "in the shared drive", "for the new hire",
+    "from last quarter", "for the marketing team", "on the intranet", "for the audit", "in the client workspace",
+)  # fmt: skip
+_TRIGGERS = (
+    "please {v} my {o} {c}", "I need to {v} the {o} {c}", "can you {v} the {o} {c} for me", "{v} our {o} {c}",
+    "help me {v} the {o} {c}", "I'd like you to {v} the {o} {c}", "could you {v} my {o} {c} now",
+    "time to {v} the {o} {c}",
+)  # fmt: skip
+
+
+def text_filler(embedder: Embedder, n: int, vectors_per_skill: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """``n`` distinct template intents (verb × object × context) embedded as profile + trigger vectors."""
+    combos = [(v, o, c) for v in _VERBS for o in _OBJECTS for c in _CONTEXTS]
+    if n > len(combos):
+        raise ValueError(f"text filler has {len(combos)} intents, {n} requested")
+    texts = []
+    for i in rng.permutation(len(combos))[:n]:
+        v, o, c = combos[int(i)]
+        triggers = [t.format(v=v, o=o, c=c) for t in _TRIGGERS]
+        name, description = f"{v}-{o}".replace(" ", "-"), f"{v.capitalize()} the {o} {c} for the user."
+        group = applicability_texts(name, description, [f"The {o} exists"], triggers, vectors_per_skill - 1)
+        texts.append([t for _, t in group][:vectors_per_skill])
+    flat = embedder.embed([t for group in texts for t in group])
+    return np.split(flat, np.cumsum([len(g) for g in texts])[:-1]) if texts else []
+
+
 PROPOSED_INDEX = "create index if not exists ix_skillbox_tenant_updated on skillbox (agent_id, user_id, updated_at)"
 
 
@@ -161,6 +211,7 @@ def latency(
     repeats: int,
     threshold: float,
     tenant_index: bool = True,
+    filler: str = "random",
 ) -> LatencyRow:
     engine = make_engine(f"sqlite:///{workdir / f'latency-{size}.db'}")
     migrate(engine)
@@ -172,7 +223,13 @@ def latency(
         embedder.embed([t for _, t in applicability_texts(b.name, b.description, b.preconditions, b.triggers)])
         for b in BANK
     ]
-    mats = bank[:size] + [_random_unit(rng, vectors_per_skill, embedder.dim) for _ in range(max(0, size - len(bank)))]
+    missing = max(0, size - len(bank))
+    if filler == "text":
+        mats = bank[:size] + text_filler(embedder, missing, vectors_per_skill, rng)
+    elif filler == "random":
+        mats = bank[:size] + [_random_unit(rng, vectors_per_skill, embedder.dim) for _ in range(missing)]
+    else:
+        raise ValueError(f"filler must be one of {FILLERS}, got {filler!r}")
     _bulk_skills(engine, "latency", mats, embedder.model_id)
     _bulk_skills(
         engine,
@@ -294,6 +351,7 @@ def run(
     threshold: float = 0.70,
     tenant_index: bool = True,
     progress: Callable[[str], None] | None = None,
+    filler: str = "random",
 ) -> RetrievalBench:
     say = progress or (lambda _msg: None)
     base = get_embedder(embedder_name)
@@ -303,11 +361,12 @@ def run(
     e50, e95 = embed_latency(base, held_out)
     queries = embedder.embed(held_out)
     rows, prec = [], []
+    load = load_average()
     with tempfile.TemporaryDirectory(prefix="skillflow-bench-retrieval-") as tmp:
         for size in sizes:
             say(f"latency at {size:,} skills")
             rows.append(
-                latency(size, embedder, queries, Path(tmp), vectors_per_skill, repeats, threshold, tenant_index)
+                latency(size, embedder, queries, Path(tmp), vectors_per_skill, repeats, threshold, tenant_index, filler)
             )
         engine = make_engine(f"sqlite:///{Path(tmp) / 'precision.db'}")
         migrate(engine)
@@ -326,4 +385,6 @@ def run(
         embed_p50_ms=e50,
         embed_p95_ms=e95,
         precision=prec,
+        filler=filler,
+        load_average=load,
     )
