@@ -131,7 +131,7 @@ class _Matrix:
     counts: np.ndarray  # rows per skill
     vectors: np.ndarray  # float32 (n_vectors, dim)
     directions: np.ndarray  # float32 (n_skills, dim): direction u of each skill's mean vector
-    lengths: np.ndarray  # |u| (≈ 1; 0 for a zero mean)
+    lengths: np.ndarray  # |u| (≈ 1; tiny for a zero mean)
     centers: np.ndarray  # ball center c = centers·u
     radii: np.ndarray  # max |v - c|, rounded up
     cos_phi: np.ndarray  # cone half-angle phi around u, rounded up
@@ -149,22 +149,37 @@ def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> 
         return _Matrix(stamp, none.astype(object), none, none, vectors, vectors, e, e, e, e, e, e, e, 0.0, 0.0)
     starts = np.asarray([i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]], np.int64)
     counts = np.diff(np.append(starts, len(ids)))
-    mean = np.add.reduceat(vectors, starts, axis=0, dtype=np.float64) / counts[:, None]
-    centers = np.linalg.norm(mean, axis=1)
-    directions = (mean / np.where(centers > 0, centers, 1)[:, None]).astype(np.float32)
-    lengths = np.linalg.norm(directions.astype(np.float64), axis=1)
+    # Row j of every skill that has one, for j = 0, 1, …: per-skill reductions without big temporaries.
+    nth = [
+        (slice(None) if has.all() else np.flatnonzero(has), starts[has] + j)
+        for j in range(counts.max())
+        for has in [counts > j]
+    ]
 
-    def per_row(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # row dot products accumulated in float64
+    def dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # row-wise, accumulated in float64
         return np.asarray(np.einsum("ij,ij->i", a, b, dtype=np.float64))
 
-    diff = vectors - np.repeat((centers[:, None] * directions).astype(np.float32), counts, axis=0)
-    radii = np.sqrt(np.maximum.reduceat(per_row(diff, diff), starts))
-    del diff
-    norms2 = per_row(vectors, vectors)
-    along = per_row(vectors, np.repeat(directions, counts, axis=0)) / np.repeat(np.maximum(lengths, 1e-300), counts)
-    angles = np.arctan2(np.sqrt(np.maximum(norms2 - along**2, 0)), along)  # of each row from its skill's u
-    phi = np.minimum(np.maximum.reduceat(angles, starts) + 1e-6, np.pi)
-    vmax = float(np.sqrt(norms2.max()))
+    mean = np.zeros((starts.size, vectors.shape[1]))
+    for skills, rows in nth:
+        mean[skills] += vectors[rows]
+    mean /= counts[:, None]
+    centers = np.linalg.norm(mean, axis=1)
+    directions = (mean / np.where(centers > 0, centers, 1)[:, None]).astype(np.float32)
+    lengths = np.maximum(np.linalg.norm(directions.astype(np.float64), axis=1), 1e-300)
+    ball_centers = (centers[:, None] * directions).astype(np.float32)
+    radii2, phi, norm_max2, norm_min2 = (np.full(starts.size, x) for x in (0.0, 0.0, 0.0, np.inf))
+    for skills, rows in nth:
+        v = vectors[rows]
+        diff = v - ball_centers[skills]
+        norms2 = dots(v, v)
+        along = dots(v, directions[skills]) / lengths[skills]
+        angle = np.arctan2(np.sqrt(np.maximum(norms2 - along**2, 0)), along)  # of the row from its skill's u
+        radii2[skills] = np.maximum(radii2[skills], dots(diff, diff))
+        phi[skills] = np.maximum(phi[skills], angle)
+        norm_max2[skills] = np.maximum(norm_max2[skills], norms2)
+        norm_min2[skills] = np.minimum(norm_min2[skills], norms2)
+    vmax = float(np.sqrt(norm_max2.max()))
+    phi = np.minimum(phi + 1e-6, np.pi)
     return _Matrix(
         stamp=stamp,
         skill_ids=np.asarray([ids[i] for i in starts], dtype=object),
@@ -174,11 +189,11 @@ def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> 
         directions=directions,
         lengths=lengths,
         centers=centers,
-        radii=radii * (1 + 1e-6) + 1e-7 * vmax,
+        radii=np.sqrt(radii2) * (1 + 1e-6) + 1e-7 * vmax,
         cos_phi=np.cos(phi),
         sin_phi=np.sin(phi),
-        norm_max=np.sqrt(np.maximum.reduceat(norms2, starts)),
-        norm_min=np.sqrt(np.minimum.reduceat(norms2, starts)),
+        norm_max=np.sqrt(norm_max2),
+        norm_min=np.sqrt(norm_min2),
         eps=(vectors.shape[1] + 4) * 2.0**-23,
         vmax=vmax,
     )
@@ -272,7 +287,7 @@ def _upper_bounds(m: _Matrix, q: np.ndarray) -> np.ndarray:
     dots = (m.directions @ q).astype(np.float64)  # q·u, off by at most eps/2·|u|·|q|
     ball = m.centers * dots + m.radii * q_norm
     # cos(max(0, angle(q, u) - phi)) grows with cos angle(q, u): evaluate it at the rounded-up cosine.
-    cos_q = np.clip(dots / np.maximum(m.lengths, 1e-300) / max(q_norm, 1e-300) + m.eps, -1.0, 1.0)
+    cos_q = np.clip(dots / m.lengths / max(q_norm, 1e-300) + m.eps, -1.0, 1.0)
     cos_gap = np.where(cos_q >= m.cos_phi, 1.0, cos_q * m.cos_phi + np.sqrt((1 - cos_q) * (1 + cos_q)) * m.sin_phi)
     cone = q_norm * np.where(cos_gap >= 0, m.norm_max, m.norm_min) * cos_gap
     return np.asarray(np.minimum(ball, cone) + m.eps * m.vmax * q_norm, dtype=np.float64)
