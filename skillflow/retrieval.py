@@ -136,6 +136,7 @@ class _Matrix:
     radii: np.ndarray  # max |v - c|, rounded up
     cos_phi: np.ndarray  # cone half-angle phi around u, rounded up
     sin_phi: np.ndarray
+    phi_sorted: np.ndarray  # ascending: how many skills are too wide for the cone to prune
     norm_max: np.ndarray  # max and min |v| of each skill
     norm_min: np.ndarray
     eps: float  # relative float32 rounding of a product with the query: ≤ dim·2⁻²⁴, doubled here
@@ -146,7 +147,7 @@ def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> 
     """Group rows (sorted by skill id) into skills and precompute the ball and cone bounds."""
     if not ids:
         none, e = np.empty(0, np.int64), np.empty(0)
-        return _Matrix(stamp, none.astype(object), none, none, vectors, vectors, e, e, e, e, e, e, e, 0.0, 0.0)
+        return _Matrix(stamp, none.astype(object), none, none, vectors, vectors, e, e, e, e, e, e, e, e, 0.0, 0.0)
     starts = np.asarray([i for i, sid in enumerate(ids) if i == 0 or sid != ids[i - 1]], np.int64)
     counts = np.diff(np.append(starts, len(ids)))
     # Row j of every skill that has one, for j = 0, 1, …: per-skill reductions without big temporaries.
@@ -192,6 +193,7 @@ def _matrix(stamp: tuple[Any, ...], ids: Sequence[str], vectors: np.ndarray) -> 
         radii=np.sqrt(radii2) * (1 + 1e-6) + 1e-7 * vmax,
         cos_phi=np.cos(phi),
         sin_phi=np.sin(phi),
+        phi_sorted=np.sort(phi),
         norm_max=np.sqrt(norm_max2),
         norm_min=np.sqrt(norm_min2),
         eps=(vectors.shape[1] + 4) * 2.0**-23,
@@ -296,6 +298,13 @@ def _upper_bounds(m: _Matrix, q: np.ndarray) -> np.ndarray:
 def _candidates(m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float) -> np.ndarray:
     """Ascending indices of the skills that can be in the top ``k``; every skill when too many survive."""
     n = m.starts.size
+    # Against min_score > 0, a skill wider than pi/2 - arccos(min_score) is pruned only by a query pointing
+    # away from it, which embeddings practically never do: when too many are that wide, skip the bounds (a
+    # speed choice only). Low thresholds still try, as the k-th best score may prune.
+    if min_score > 0:
+        wide = n - np.searchsorted(m.phi_sorted, np.pi / 2 - np.arccos(min(min_score, 1.0)))
+        if wide > max_fraction * n:
+            return np.arange(n)
     upper = _upper_bounds(m, q)
     cand = np.flatnonzero(upper >= min_score)
     if cand.size > k:  # the k best upper bounds name k real scores; the k-th best score is at least their min

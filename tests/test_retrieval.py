@@ -323,7 +323,8 @@ def test_pruning_discards_far_skills_and_keeps_a_skill_with_scattered_vectors() 
     assert _top_k(m, target, 2, 0.7)[0][1] == pytest.approx(1.0, abs=1e-6)
 
 
-def test_pruning_falls_back_to_the_full_product_when_bounds_cannot_prune() -> None:
+def test_pruning_falls_back_to_the_full_product_when_bounds_cannot_prune(monkeypatch: pytest.MonkeyPatch) -> None:
+    from skillflow import retrieval
     from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates, _top_k
 
     rng = np.random.default_rng(3)
@@ -333,6 +334,9 @@ def test_pruning_falls_back_to_the_full_product_when_bounds_cannot_prune() -> No
     assert _candidates(as_matrix(groups), q, 2, 0.3, PRUNE_MAX_FRACTION).size == len(groups)
     for min_score in (0.3, 0.0, -1.0):
         assert_same(_top_k(as_matrix(groups), q, 3, min_score), brute_force(groups, q, 3, min_score))
+    # At 0.7 every skill is too wide for its cone to prune: the bound pass is skipped altogether.
+    monkeypatch.setattr(retrieval, "_upper_bounds", lambda *_: pytest.fail("bounds computed"))
+    assert_same(_top_k(as_matrix(groups), q, 3, 0.7), brute_force(groups, q, 3, 0.7))
 
 
 def test_search_with_pruning_matches_brute_force_on_stored_vectors(engine: Engine) -> None:
