@@ -34,6 +34,7 @@ from skillflow.storage.skills import SkillRecord
 
 PROFILE = "profile"
 PRUNE_MAX_FRACTION = 0.25  # more surviving skills than this → one full product is cheaper than a gather
+PRUNE_MIN_VECTORS = 12_000  # below this (~2,000 skills) the full product costs less than the bounds
 SPARE = 4
 TRIGGER = "trigger"
 
@@ -295,9 +296,13 @@ def _upper_bounds(m: _Matrix, q: np.ndarray) -> np.ndarray:
     return np.asarray(np.minimum(ball, cone) + m.eps * m.vmax * q_norm, dtype=np.float64)
 
 
-def _candidates(m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float) -> np.ndarray:
+def _candidates(
+    m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float, min_vectors: int
+) -> np.ndarray:
     """Ascending indices of the skills that can be in the top ``k``; every skill when too many survive."""
     n = m.starts.size
+    if m.vectors.shape[0] < min_vectors:
+        return np.arange(n)
     # Against min_score > 0, a skill wider than pi/2 - arccos(min_score) is pruned only by a query pointing
     # away from it, which embeddings practically never do: when too many are that wide, skip the bounds (a
     # speed choice only). Low thresholds still try, as the k-th best score may prune.
@@ -314,12 +319,12 @@ def _candidates(m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fractio
 
 
 def _top_k(
-    m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float = PRUNE_MAX_FRACTION
+    m: _Matrix, q: np.ndarray, k: int, min_score: float, max_fraction: float, min_vectors: int
 ) -> list[tuple[int, float]]:
     """Exact top-``k`` (skill index, score ≥ min_score), best first, ties by skill order — as brute force."""
     n = m.starts.size
     tol = m.eps * m.vmax * float(np.linalg.norm(q))  # |float32 score - canonical score|
-    cand = _candidates(m, q, k, min_score, max_fraction)
+    cand = _candidates(m, q, k, min_score, max_fraction, min_vectors)
     if cand.size == 0:
         return []
     if cand.size == n:  # float32 scores of every skill (within ``tol`` of the canonical ones)
@@ -360,7 +365,8 @@ def _rank_numpy(
     q = np.asarray(query_vec, dtype=np.float32).ravel()
     if q.shape[0] != matrix.vectors.shape[1]:
         raise ValueError(f"query vector has dimension {q.shape[0]}, skill vectors {matrix.vectors.shape[1]}")
-    return [(str(matrix.skill_ids[i]), score) for i, score in _top_k(matrix, q, k, min_score)]
+    ranked = _top_k(matrix, q, k, min_score, PRUNE_MAX_FRACTION, PRUNE_MIN_VECTORS)
+    return [(str(matrix.skill_ids[i]), score) for i, score in ranked]
 
 
 def _rank_oracle(

@@ -246,6 +246,19 @@ def clustered(rng: np.random.Generator, n: int, dim: int, per: int, spread: floa
     return [unit(c + noise * rng.standard_normal((int(rng.integers(1, per + 1)), dim))) for c in centers]
 
 
+def top_k(m: Any, q: np.ndarray, k: int, min_score: float, max_fraction: float = 0.25) -> list[tuple[int, float]]:
+    """The numpy ranking with pruning on at any size (production skips it below ``PRUNE_MIN_VECTORS``)."""
+    from skillflow.retrieval import _top_k
+
+    return _top_k(m, q, k, min_score, max_fraction, 0)
+
+
+def candidates(m: Any, q: np.ndarray, k: int, min_score: float) -> np.ndarray:
+    from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates
+
+    return _candidates(m, q, k, min_score, PRUNE_MAX_FRACTION, 0)
+
+
 def assert_same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
     assert [i for i, _ in got] == [i for i, _ in want]
     assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
@@ -278,8 +291,6 @@ def test_pruned_top_k_equals_brute_force(
     min_score: float,
     max_fraction: float,
 ) -> None:
-    from skillflow.retrieval import _top_k
-
     rng = np.random.default_rng(seed)
     groups = clustered(rng, n, dim, per, spread)
     if quantize:  # coarse values: many exact score ties between different skills and rows
@@ -292,7 +303,7 @@ def test_pruned_top_k_equals_brute_force(
     q = unit(rng.standard_normal(dim)) if rng.random() < 0.5 else unit(groups[int(rng.integers(0, n))][0])
     if quantize:
         q = unit(np.round(q * 2))
-    got = _top_k(as_matrix(groups), q, k, min_score, max_fraction)
+    got = top_k(as_matrix(groups), q, k, min_score, max_fraction)
     assert_same(got, brute_force(groups, q, k, min_score))
     # and the scores agree with the plain float32 product the search used before pruning
     flat = np.maximum.reduceat(np.vstack(groups) @ q, np.cumsum([0] + [len(g) for g in groups[:-1]]))
@@ -300,8 +311,6 @@ def test_pruned_top_k_equals_brute_force(
 
 
 def test_pruning_discards_far_skills_and_keeps_a_skill_with_scattered_vectors() -> None:
-    from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates, _top_k
-
     rng = np.random.default_rng(7)
     dim = 64
     groups = clustered(rng, 400, dim, 6, 0.6)
@@ -314,32 +323,39 @@ def test_pruning_discards_far_skills_and_keeps_a_skill_with_scattered_vectors() 
     m = as_matrix(groups)
     for k, min_score in ((2, 0.7), (6, 0.7), (2, 0.0), (1, -1.0), (6, -1.0)):
         want = brute_force(groups, target, k, min_score)
-        cand = _candidates(m, target, k, min_score, PRUNE_MAX_FRACTION)
+        cand = candidates(m, target, k, min_score)
         if (k, min_score) != (6, -1.0):  # the 6th best score without a threshold is noise-level: weak pruning
             assert 0 < cand.size <= 0.05 * len(groups), (k, min_score, cand.size)
         assert {i for i, _ in want} <= set(cand.tolist())
-        assert_same(_top_k(m, target, k, min_score), want)
-    assert [i for i, _ in _top_k(m, target, 2, 0.7)] == [123, 300]
-    assert _top_k(m, target, 2, 0.7)[0][1] == pytest.approx(1.0, abs=1e-6)
+        assert_same(top_k(m, target, k, min_score), want)
+    assert [i for i, _ in top_k(m, target, 2, 0.7)] == [123, 300]
+    assert top_k(m, target, 2, 0.7)[0][1] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_pruning_falls_back_to_the_full_product_when_bounds_cannot_prune(monkeypatch: pytest.MonkeyPatch) -> None:
     from skillflow import retrieval
-    from skillflow.retrieval import PRUNE_MAX_FRACTION, _candidates, _top_k
 
     rng = np.random.default_rng(3)
     # Six unrelated random directions per skill: radius ≈ 0.93, so at 0.3 no bound is below the threshold.
     groups = [unit(rng.standard_normal((6, 64))) for _ in range(200)]
     q = unit(rng.standard_normal(64))
-    assert _candidates(as_matrix(groups), q, 2, 0.3, PRUNE_MAX_FRACTION).size == len(groups)
+    assert candidates(as_matrix(groups), q, 2, 0.3).size == len(groups)
     for min_score in (0.3, 0.0, -1.0):
-        assert_same(_top_k(as_matrix(groups), q, 3, min_score), brute_force(groups, q, 3, min_score))
+        assert_same(top_k(as_matrix(groups), q, 3, min_score), brute_force(groups, q, 3, min_score))
     # At 0.7 every skill is too wide for its cone to prune: the bound pass is skipped altogether.
     monkeypatch.setattr(retrieval, "_upper_bounds", lambda *_: pytest.fail("bounds computed"))
-    assert_same(_top_k(as_matrix(groups), q, 3, 0.7), brute_force(groups, q, 3, 0.7))
+    assert_same(top_k(as_matrix(groups), q, 3, 0.7), brute_force(groups, q, 3, 0.7))
 
 
-def test_search_with_pruning_matches_brute_force_on_stored_vectors(engine: Engine) -> None:
+def test_search_with_pruning_matches_brute_force_on_stored_vectors(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skillflow import retrieval
+
+    monkeypatch.setattr(retrieval, "PRUNE_MIN_VECTORS", 0)  # prune even this small tenant
+    bounds = []
+    real_bounds = retrieval._upper_bounds
+    monkeypatch.setattr(retrieval, "_upper_bounds", lambda m, q: bounds.append(1) or real_bounds(m, q))
     topics = ["refund a damaged order", "book a hotel room", "reset a password", "cancel a flight", "change an address"]
     ids = []
     for i in range(40):
@@ -367,11 +383,10 @@ def test_search_with_pruning_matches_brute_force_on_stored_vectors(engine: Engin
             assert [s.skill_id for s in got] == [order[i] for i, _ in want], (query, k, min_score)
             assert [s.score for s in got] == pytest.approx([round(s, 6) for _, s in want], abs=1e-6)
     assert search(engine, query="book a hotel room in paris", k=1)[0].skill_id == ids[17]
+    assert bounds  # the searches above went through the bounds
 
 
 def test_near_ties_that_float32_orders_wrongly_are_resolved_exactly() -> None:
-    from skillflow.retrieval import _top_k
-
     rng = np.random.default_rng(0)
     reversed_pairs = 0
     for _ in range(400):
@@ -383,18 +398,16 @@ def test_near_ties_that_float32_orders_wrongly_are_resolved_exactly() -> None:
         exact = [float((g[0].astype(np.float64) * q.astype(np.float64)).sum()) for g in (w[None, :], v[None, :])]
         reversed_pairs += bool((fast[0] - fast[-1]) * (exact[0] - exact[1]) < 0)
         for max_fraction in (0.0, 1.0):  # the full float32 product, and the gathered one
-            assert_same(_top_k(as_matrix(groups), q, 1, 0.0, max_fraction), brute_force(groups, q, 1, 0.0))
+            assert_same(top_k(as_matrix(groups), q, 1, 0.0, max_fraction), brute_force(groups, q, 1, 0.0))
     assert reversed_pairs > 0  # the float32 product did order some pairs wrongly
 
 
 def test_bounds_hold_for_negative_scores_and_unequal_norms() -> None:
-    from skillflow.retrieval import _top_k
-
     q = unit(np.array([1.0, 0.0, 0.0]))
     # Every vector points away from the query; the short one scores highest (least negative).
     away = np.array([[-3.0, 0.3, 0.0], [-0.2, 0.0, 0.05], [-2.0, -0.4, 0.1]], dtype=np.float32)
     groups = [away, np.array([[-5.0, 0.0, 0.0]], dtype=np.float32)]
     for min_score in (-10.0, -1.0, -0.3):
         for max_fraction in (0.0, 1.0):
-            assert_same(_top_k(as_matrix(groups), q, 2, min_score, max_fraction), brute_force(groups, q, 2, min_score))
-    assert _top_k(as_matrix(groups), q, 1, -1.0)[0] == (0, pytest.approx(-0.2, abs=1e-6))
+            assert_same(top_k(as_matrix(groups), q, 2, min_score, max_fraction), brute_force(groups, q, 2, min_score))
+    assert top_k(as_matrix(groups), q, 1, -1.0)[0] == (0, pytest.approx(-0.2, abs=1e-6))
