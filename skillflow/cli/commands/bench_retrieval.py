@@ -39,10 +39,19 @@ def bench_retrieval(
         bool,
         typer.Option("--tenant-index/--no-tenant-index", help="Create the proposed (agent, user, updated_at) index."),
     ] = True,
+    filler: Annotated[
+        str,
+        typer.Option(
+            "--filler", help="Latency skills: random (worst case, unprunable) or text (one realistic domain)."
+        ),
+    ] = "random",
     json: JsonOption = False,
 ) -> None:
     """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
     from skillflow.bench.retrieval import run
+
+    if filler not in ("random", "text"):
+        fail("--filler must be random or text")
 
     def say(msg: str) -> None:
         if not json:
@@ -58,6 +67,7 @@ def bench_retrieval(
         threshold,
         tenant_index,
         progress=say,
+        filler=filler,
     )
     if json:
         print_json(result.as_dict())
