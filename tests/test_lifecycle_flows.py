@@ -129,3 +129,20 @@ def test_review_timeout_keeps_shadow(prefect_harness: None, sqlite_engine: Engin
         assert get_skill(conn, skill.id).status == "shadow"
         events = conn.execute(select(skill_events.c.event).where(skill_events.c.skill_id == skill.id)).scalars().all()
     assert "review_timeout" in events
+
+
+@pytest.mark.parametrize(
+    ("decision", "status", "role"),
+    [("activate_user", "active", "user"), ("reject", "rejected", "user"), ("keep_shadow", "shadow", "user")],
+)
+def test_review_flow_applies_every_other_decision(
+    prefect_harness: None, sqlite_engine: Engine, decision: str, status: str, role: str
+) -> None:
+    skill = _skill(sqlite_engine)
+    outcome = _review(str(sqlite_engine.url), skill.id, {"decision": decision, "reviewer": "bob", "reason": "reviewed"})
+    assert outcome.decision == decision and outcome.status == status and outcome.injection_role == role
+    with sqlite_engine.connect() as conn:
+        stored = get_skill(conn, skill.id)
+        actors = conn.execute(select(skill_events.c.actor).where(skill_events.c.skill_id == skill.id)).scalars().all()
+    assert stored.status == status and stored.injection_role == role
+    assert "bob" in actors  # every decision, including keeping the skill in shadow, is logged with its reviewer
