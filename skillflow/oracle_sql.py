@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from skillflow.oracle_files import load_query, migration_files, oracle_dir
 from skillflow.oracle_lexer import Statement, dynamic_sql, mask, split_script
 from skillflow.oracle_schema import oracle_tables, run_script
 
@@ -282,25 +282,3 @@ def check_migration(text: str) -> list[Problem]:
 def _ignore_list(block: str) -> str:
     m = re.search(r"sqlcode\s+not\s+in\s*\(([^)]*)\)", mask(block), re.I)
     return m.group(1) if m else ""
-
-
-def oracle_dir() -> Path:
-    """``sql/oracle`` of a source checkout, or the copy packaged as ``skillflow/_sql/oracle``."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "_sql" / "oracle", here.parent / "sql" / "oracle"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("sql/oracle not found (neither packaged nor in a source checkout)")
-
-
-def migration_files() -> list[Path]:
-    """The numbered Oracle migrations in the order a DBA runs them."""
-    return sorted(oracle_dir().glob("[0-9][0-9][0-9]_*.sql"))
-
-
-def load_query(name: str) -> str:
-    """The text of ``sql/oracle/queries/<name>.sql`` (comments kept, no trailing ``;``)."""
-    if not re.fullmatch(r"[a-z0-9_]+", name):
-        raise ValueError(f"bad query name {name!r}")
-    path = oracle_dir() / "queries" / f"{name}.sql"
-    return path.read_text(encoding="utf-8").strip().rstrip(";").strip()

@@ -380,7 +380,7 @@ def _rank_oracle(
     min_score: float,
 ) -> list[tuple[str, float]]:
     try:
-        from skillflow.oracle_sql import load_query  # type: ignore[import-not-found,unused-ignore]  # written by the Oracle helper
+        from skillflow.oracle_files import load_query
 
         sql = load_query("search_skills")
     except (ImportError, FileNotFoundError):

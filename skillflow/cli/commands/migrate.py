@@ -8,7 +8,7 @@ import typer
 from sqlalchemy.engine import make_url
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
-from skillflow.oracle_sql import migration_files
+from skillflow.oracle_files import migration_files
 from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
 
 PrintOracleOption = Annotated[
