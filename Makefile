@@ -19,12 +19,12 @@ CORPUS ?=
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -e .
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install -qq -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
