@@ -115,14 +115,7 @@ def reject_cmd(
     skill_id: IdArg, reason: ReasonOption, actor: ActorOption = None, db: DbOption = None, json: JsonOption = False
 ) -> None:
     """SHADOW/CANDIDATE → REJECTED with a reason (the class can be re-distilled later as a new version)."""
-    engine = engine_for(db)
-    full = resolve_id(engine, skill_id)
-    try:
-        skill = reject_skill(engine, full, reason, actor=_actor(actor))
-    except (InvalidTransition, ValueError) as exc:
-        fail(str(exc))
-        return
-    _done(skill, json, "rejected")
+    _retire(reject_skill, "rejected", skill_id, reason, actor, db, json)
 
 
 @app.command("demote")
@@ -130,14 +123,18 @@ def demote_cmd(
     skill_id: IdArg, reason: ReasonOption, actor: ActorOption = None, db: DbOption = None, json: JsonOption = False
 ) -> None:
     """ACTIVE → DEMOTED with a reason; its runs are released back to workflow retrieval."""
+    _retire(demote_skill, "demoted", skill_id, reason, actor, db, json)
+
+
+def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, db: str | None, json: bool) -> None:
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
     try:
-        skill = demote_skill(engine, full, reason, actor=_actor(actor))
+        skill = fn(engine, full, reason, actor=_actor(actor))
     except (InvalidTransition, ValueError) as exc:
         fail(str(exc))
         return
-    _done(skill, json, "demoted")
+    _done(skill, json, verb)
 
 
 @app.command("review")
