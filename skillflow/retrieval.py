@@ -38,24 +38,6 @@ PRUNE_MIN_VECTORS = 12_000  # below this (~2,000 skills) the full product costs 
 SPARE = 4
 TRIGGER = "trigger"
 
-# Inline fallback for REFERENCE §7 until ``sql/oracle/queries/search_skills.sql`` exists.
-ORACLE_SEARCH_SQL = """
-select sv.skill_id as skill_id,
-       max(1 - vector_distance(sv.embedding, :query_vec, cosine)) as score
-from skill_vectors sv
-join skillbox sb on sb.id = sv.skill_id
-where sv.agent_id = :agent_id
-  and sv.user_id = :user_id
-  and sv.model_id = :model_id
-  and sb.agent_id = :agent_id
-  and sb.user_id = :user_id
-  and sb.status = :status
-group by sv.skill_id
-having max(1 - vector_distance(sv.embedding, :query_vec, cosine)) >= :min_score
-order by score desc
-fetch first :k rows only
-"""
-
 
 @dataclass(frozen=True)
 class ScoredSkill:
@@ -379,13 +361,11 @@ def _rank_oracle(
     k: int,
     min_score: float,
 ) -> list[tuple[str, float]]:
-    try:
-        from skillflow.oracle_files import load_query
-
-        sql = load_query("search_skills")
-    except (ImportError, FileNotFoundError):
-        sql = ORACLE_SEARCH_SQL
     import array
+
+    from skillflow.oracle_files import load_query
+
+    sql = load_query("search_skills")
 
     params = {
         "query_vec": array.array("f", np.asarray(query_vec, dtype=np.float32).ravel().tolist()),

@@ -15,7 +15,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, case, func, select
 
 from skillflow.config import PromotionConfig
-from skillflow.models import LIVE_STATUSES, WorkflowOutcome, utcnow
+from skillflow.gates import evaluate_gates
+from skillflow.models import LIVE_STATUSES, utcnow
+from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.schema import reports, skill_events, skillbox, workflow_memory
 
 # Flow (= deployment) name -> the ``reports.kind`` it stores (None: it stores no report).
@@ -82,9 +84,6 @@ def _skill_counts(conn: Connection, agent_id: str | None) -> dict[tuple[str, str
 
 
 def _eligible_by_gates(conn: Connection, agent_id: str, user_id: str, config: PromotionConfig) -> int:
-    from skillflow.gates import evaluate_gates
-    from skillflow.storage.aggregate import aggregate_classes
-
     now = utcnow()
     live = set(
         conn.execute(
@@ -99,37 +98,8 @@ def _eligible_by_gates(conn: Connection, agent_id: str, user_id: str, config: Pr
     return sum(1 for s in stats if evaluate_gates(s, config, now, s.canonical_hash in live).eligible)
 
 
-def _eligible_by_sql(conn: Connection, agent_id: str, user_id: str, config: PromotionConfig) -> int:
-    """Fallback: classes with at least ``min_executions`` success/failure runs (no other gate)."""
-    wm = workflow_memory
-    executions = func.count().label("executions")
-    per_class = (
-        select(wm.c.canonical_hash, executions)
-        .where(
-            wm.c.agent_id == agent_id,
-            wm.c.user_id == user_id,
-            wm.c.canonical_hash.is_not(None),
-            wm.c.outcome.in_([WorkflowOutcome.SUCCESS.value, WorkflowOutcome.FAILURE.value]),
-        )
-        .group_by(wm.c.canonical_hash)
-        .having(func.count() >= config.min_executions)
-        .subquery()
-    )
-    return int(conn.execute(select(func.count()).select_from(per_class)).scalar() or 0)
-
-
-def _eligibility() -> tuple[Any, str]:
-    try:
-        import skillflow.gates
-        import skillflow.storage.aggregate  # noqa: F401 - presence check
-    except ImportError:
-        return _eligible_by_sql, "sql fallback: executions >= min_executions only"
-    return _eligible_by_gates, "promotion gates"
-
-
 def tenant_status(engine: Engine, config: PromotionConfig, agent_id: str | None = None) -> list[TenantStatus]:
     """Runs, classes, eligible classes, skills by status and role, and the shadow outbox per tenant."""
-    count_eligible, method = _eligibility()
     out: list[TenantStatus] = []
     with engine.connect() as conn:
         skills = _skill_counts(conn, agent_id)
@@ -142,8 +112,8 @@ def tenant_status(engine: Engine, config: PromotionConfig, agent_id: str | None 
                     user_id=key[1],
                     runs=int(row.runs) if row else 0,
                     classes=int(row.classes) if row else 0,
-                    eligible_classes=count_eligible(conn, key[0], key[1], config) if row else 0,
-                    eligibility_method=method,
+                    eligible_classes=_eligible_by_gates(conn, key[0], key[1], config) if row else 0,
+                    eligibility_method="promotion gates",
                     outbox_backlog=int(row.backlog) if row else 0,
                     skills=skills.get(key, {}),
                 )

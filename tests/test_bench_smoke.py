@@ -41,8 +41,8 @@ def test_cycle_bench_structure(tmp_path: Path) -> None:
         assert size["aggregate_s"] > 0 and size["naive_s"] > 0 and size["aggregate_covering_s"] > 0
         assert len(size["aggregate_runs_s"]) == 1 and size["ratio"] > 0
     assert result["tenants"] == 3 and result["classes_per_tenant"] == 4 and result["notes"]
-    if result["cycle_entry"] is not None:  # the promotion cycle exists: it ran over every partition
-        assert all(s["cycle_considered"] == 12 and s["cycle_s"] > 0 for s in result["sizes"]), result["notes"]
+    assert result["cycle_entry"] == "skillflow.promotion.run_cycle"
+    assert all(s["cycle_considered"] == 12 and s["cycle_s"] > 0 for s in result["sizes"]), result["notes"]
 
 
 def test_capture_bench_structure() -> None:

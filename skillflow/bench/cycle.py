@@ -6,14 +6,12 @@ Each size is measured in a fresh, migrated database: aggregation over every part
 (:func:`skillflow.storage.aggregate.aggregate_classes`) on the shipped schema (migration 004's covering
 index) and on the pre-004 index set (the covering index dropped, ``ix_workflow_memory_class`` rebuilt, on
 the throwaway database only), against a baseline that reads every row into Python and groups there, with
-all results compared for equality. When a promotion cycle entry point exists
-(``skillflow.promotion.run_cycle``) the whole cycle with the offline distiller is timed too, on the
-shipped schema.
+all results compared for equality; then the whole promotion cycle (``skillflow.promotion.run_cycle``,
+offline distiller) is timed on the shipped schema.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import statistics
 import tempfile
@@ -31,6 +29,7 @@ from sqlalchemy.schema import CreateIndex, DropIndex
 
 from skillflow import canonical
 from skillflow.models import Step, new_id
+from skillflow.promotion import run_cycle
 from skillflow.storage.aggregate import aggregate_classes, partitions
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
@@ -267,16 +266,6 @@ def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float], Any
     return statistics.median(runs), runs, result
 
 
-def cycle_entry() -> Callable[..., Any] | None:
-    """``skillflow.promotion.run_cycle`` if the promotion cycle has a plain Python entry point yet."""
-    try:
-        module = importlib.import_module("skillflow.promotion")
-    except ImportError:
-        return None
-    fn = getattr(module, "run_cycle", None)
-    return fn if callable(fn) else None
-
-
 def run(
     sizes: list[int],
     tenants: int = 20,
@@ -289,7 +278,6 @@ def run(
 ) -> CycleBench:
     """Measure every size in its own fresh SQLite file and return medians and ratios."""
     say = progress or (lambda _msg: None)
-    entry = cycle_entry()
     notes = [
         "aggregation = partitions() + aggregate_classes() for every partition (one GROUP BY per tenant)",
         f"aggregate_s = the pre-004 index set: {COVERING_INDEX} dropped and {PRE_004_INDEX} "
@@ -298,13 +286,10 @@ def run(
         "; index_build_s = time to build it on the filled table",
         "naive = SELECT * FROM workflow_memory into Python, grouped in a dict (same figures, compared)",
     ]
-    if entry is None:
-        notes.append("whole-cycle timing skipped: skillflow.promotion.run_cycle does not exist yet")
-    else:
-        notes.append(
-            "cycle = one real promotion cycle (run_cycle) on the shipped schema after the aggregation timings: "
-            "offline distiller and judge, hashing embedder; it writes skills and cycle state into the bench db"
-        )
+    notes.append(
+        "cycle = one real promotion cycle (run_cycle) on the shipped schema after the aggregation timings: "
+        "offline distiller and judge, hashing embedder; it writes skills and cycle state into the bench db"
+    )
     results = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for rows in sizes:
@@ -327,12 +312,11 @@ def run(
             say(f"naive baseline over {rows} rows")
             naive_s, naive_runs, naive = _timed(partial(naive_all, engine), naive_repeats or repeats)
             cycle: tuple[float | None, int | None, int | None] = (None, None, None)
-            if entry is not None:
-                say(f"promotion cycle over {rows} rows")
-                try:
-                    cycle = _time_cycle(entry, engine)
-                except Exception as exc:  # noqa: BLE001 - another stage's failure is reported, not hidden or fatal
-                    notes.append(f"cycle over {rows} rows failed: {type(exc).__name__}: {exc}"[:300])
+            say(f"promotion cycle over {rows} rows")
+            try:
+                cycle = _time_cycle(run_cycle, engine)
+            except Exception as exc:  # noqa: BLE001 - another stage's failure is reported, not hidden or fatal
+                notes.append(f"cycle over {rows} rows failed: {type(exc).__name__}: {exc}"[:300])
             results.append(
                 SizeResult(
                     rows=rows,
@@ -356,11 +340,16 @@ def run(
             engine.dispose()
     from skillflow.bench.capture import load_average
 
-    return CycleBench("sqlite", tenants, classes, repeats, results, _entry_name(entry), notes, load_average())
-
-
-def _entry_name(entry: Callable[..., Any] | None) -> str | None:
-    return None if entry is None else f"{entry.__module__}.{entry.__qualname__}"
+    return CycleBench(
+        "sqlite",
+        tenants,
+        classes,
+        repeats,
+        results,
+        f"{run_cycle.__module__}.{run_cycle.__qualname__}",
+        notes,
+        load_average(),
+    )
 
 
 _CYCLE_ENV = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
