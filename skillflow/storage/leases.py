@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import Connection, Engine, delete, insert, update
+from sqlalchemy import Engine, delete, insert, update
 from sqlalchemy.exc import IntegrityError
 
 from skillflow.models import utcnow
@@ -32,9 +32,6 @@ def acquire(engine: Engine, name: str, holder: str, ttl_seconds: float = 600) ->
 
 
 def release(engine: Engine, name: str, holder: str) -> None:
+    """Give the lease back (only its holder can)."""
     with engine.begin() as conn:
-        _release(conn, name, holder)
-
-
-def _release(conn: Connection, name: str, holder: str) -> None:
-    conn.execute(delete(leases).where(leases.c.name == name, leases.c.holder == holder))
+        conn.execute(delete(leases).where(leases.c.name == name, leases.c.holder == holder))
