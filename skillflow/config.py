@@ -99,6 +99,11 @@ class Settings(BaseSettings):
     )
 
 
+def config_path() -> Path:
+    """``$SKILLFLOW_CONFIG_PATH`` or ``config/skillflow.toml`` (the same value as ``Settings.config_path``)."""
+    return Path(os.environ.get(CONFIG_PATH_ENV, "config/skillflow.toml"))
+
+
 def _toml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
@@ -117,7 +122,7 @@ def _coerce_env(value: str) -> Any:
 
 def load_promotion_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> PromotionConfig:
     """``[promotion]`` from the TOML file, then ``SKILLFLOW_PROMOTION__<KEY>`` variables, then overrides."""
-    path = path or Path(os.environ.get(CONFIG_PATH_ENV, "config/skillflow.toml"))
+    path = path or config_path()
     data: dict[str, Any] = dict(_toml(path).get("promotion", {}))
     prefix = "SKILLFLOW_PROMOTION__"
     for key, value in os.environ.items():
@@ -133,7 +138,7 @@ def load_promotion_config(path: Path | None = None, overrides: dict[str, Any] | 
 
 def load_schedules(path: Path | None = None) -> dict[str, str | None]:
     """``[schedules]``: flow name -> cron (empty string or absent = manual only)."""
-    path = path or Path(os.environ.get(CONFIG_PATH_ENV, "config/skillflow.toml"))
+    path = path or config_path()
     raw = _toml(path).get("schedules", {})
     return {str(k): (str(v) or None) for k, v in raw.items()}
 
