@@ -15,7 +15,7 @@ SF := $(VENV)/bin/skillflow
 DB ?= sqlite:///.skillflow/demo.db
 CORPUS ?=
 
-.PHONY: demo test lint install install-dev ui serve ui-check bench clean
+.PHONY: demo test test-fast lint install install-dev ui serve ui-check bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ demo: install
 test: install-dev
 	$(PY) -m pytest
 
+# Unit, storage and CLI tests without real flow runs or slow fault tests (CI runs the full `make test`).
+test-fast: install-dev
+	$(PY) -m pytest -m "not prefect and not slow"
+
 lint: install-dev
 	$(VENV)/bin/ruff check skillflow flows tasks tests
 	$(VENV)/bin/ruff format --check skillflow flows tasks tests
@@ -48,7 +52,7 @@ serve: install
 	PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
 
 ui-check: install-dev
-	$(PY) -m skillflow.uicheck
+	$(PY) -m skillflow.cli.uicheck
 
 bench: install
 	$(SF) bench capture

@@ -13,7 +13,7 @@ from typing import Any
 from openai import OpenAI
 
 from skillflow.runtime import Skillflow
-from skillflow.skill_tools import OPENAI_TOOLS, TOOL_NAMES, dispatch
+from skillflow.injection.skill_tools import OPENAI_TOOLS, TOOL_NAMES, dispatch
 
 
 def lookup_order(order_id: str) -> dict[str, Any]:

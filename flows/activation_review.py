@@ -10,8 +10,8 @@ from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel, Field
 
-from skillflow.config import load_promotion_config
-from skillflow.review import ReviewOutcome
+from skillflow.kernel.config import load_promotion_config
+from skillflow.lifecycle.review import ReviewOutcome
 from tasks.common import flow_run_id
 from tasks.review import apply_decision, load_review, publish_review, record_timeout
 

@@ -7,10 +7,9 @@ from typing import Any
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from skillflow.config import load_promotion_config
-from skillflow.drift import DriftReport
-from tasks.common import flow_run_id
-from tasks.drift import check_drift, publish_drift_report, store_drift_report
+from skillflow.kernel.config import load_promotion_config
+from skillflow.lifecycle.drift import DriftReport
+from tasks.drift import check_drift, publish_drift_report
 
 
 class DriftDemotionParams(BaseModel):
@@ -25,10 +24,9 @@ class DriftDemotionParams(BaseModel):
 
 @flow(name="drift-demotion")
 def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
+    """Rolling success of every ACTIVE skill against its frozen baseline: demote the drifted, store the report."""
     params = params or DriftDemotionParams()
     config = load_promotion_config(overrides=params.config_overrides)
-    run_id = flow_run_id()
-    report = check_drift(params.database_url, config, params.agent_id, params.user_id, params.dry_run, run_id)
-    store_drift_report(params.database_url, report, params.agent_id, params.user_id, run_id)
+    report = check_drift(params.database_url, config, params.agent_id, params.user_id, params.dry_run)
     publish_drift_report(report)
     return report

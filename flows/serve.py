@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from skillflow.config import Settings, load_schedules
+from skillflow.kernel.config import Settings, load_schedules
 
 # File stem = flow function name; deployment name = the stem with hyphens = the flow name.
 FLOW_STEMS = (

@@ -7,9 +7,9 @@ from typing import Any, Literal
 from prefect import flow
 from pydantic import BaseModel, Field
 
-from skillflow.config import load_promotion_config
-from skillflow.shadow import DrainReport
-from tasks.shadow import drain_shadow_batch, publish_shadow_summary
+from skillflow.kernel.config import load_promotion_config
+from skillflow.lifecycle.shadow import DrainReport
+from tasks.shadow import drain_outbox, publish_shadow_summary
 
 
 class ShadowEvaluationParams(BaseModel):
@@ -28,17 +28,8 @@ def shadow_evaluation(params: ShadowEvaluationParams | None = None) -> DrainRepo
     """Claim → evaluate → append records → reconcile stats, batch after batch until the outbox is empty."""
     params = params or ShadowEvaluationParams()
     config = load_promotion_config(overrides=params.config_overrides)
-    if not config.shadow_evaluation_enabled:
-        report = DrainReport(status="disabled")
-    else:
-        size = params.batch_size or config.shadow_evaluation_queue_size
-        report = DrainReport(status="dry_run" if params.dry_run else "ok", batches=0)
-        for _ in range(params.max_batches):
-            batch = drain_shadow_batch(
-                params.database_url, config, size, params.embedder, params.dry_run, report.failed_ids
-            )
-            report.add(batch)
-            if params.dry_run or batch.claimed == 0 or batch.claimed == batch.failed:
-                break
+    report = drain_outbox(
+        params.database_url, config, params.batch_size, params.max_batches, params.embedder, params.dry_run
+    )
     publish_shadow_summary(report)
     return report

@@ -19,14 +19,15 @@ import numpy as np
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import OperationalError
 
-from skillflow.capture import CaptureResult, RunValidationError, normalize_run, write_run
-from skillflow.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
-from skillflow.embeddings import Embedder, get_embedder
-from skillflow.models import RunInput, SkillStatus, Step, utcnow
-from skillflow.outcome import Evaluator
-from skillflow.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
-from skillflow.retrieval import ScoredSkill, search_skills
+from skillflow.capture.outcome import Evaluator
+from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, write_run
+from skillflow.injection.embeddings import Embedder, get_embedder
+from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
+from skillflow.injection.retrieval import ScoredSkill, search_skills
+from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
+from skillflow.kernel.models import RunInput, SkillStatus, Step, utcnow
 from skillflow.storage.engine import cached_engine
+from skillflow.storage.migrations import require_current
 from skillflow.storage.schema import agent_tools, workflow_memory
 from skillflow.storage.types import dumps
 
@@ -83,6 +84,10 @@ class Skillflow:
         self.config = self.config or load_promotion_config()
         if self.engine is None:
             self.engine = cached_engine(self.database_url or get_settings().database_url)
+        try:  # an unmigrated or outdated database fails here, naming `skillflow migrate`
+            require_current(self.engine)
+        except OperationalError:
+            log.warning("database unreachable at start-up: runs spool until it is back")
         if self.spool_dir is None:
             self.spool_dir = Path(".skillflow/spool")
 
@@ -93,26 +98,35 @@ class Skillflow:
         user_id: str,
         steps: Sequence[Step | Mapping[str, Any]] | Mapping[str, Any] = (),
         *,
-        skills_activated: Iterable[str] = (),
+        skills_activated: Iterable[str] | None = (),
         execution_error: str | BaseException | None = None,
         run_id: str | None = None,
-        created_at: datetime | None = None,
+        created_at: datetime | str | None = None,
         metadata: Mapping[str, Any] | None = None,
         strict: bool = False,
     ) -> CaptureResult:
-        """Store one run. Never raises unless ``strict``; errors come back in ``CaptureResult.error``."""
+        """Store one run. Never raises unless ``strict``: any value in any parameter gives a :class:`CaptureResult`.
+
+        The run is stored (``stored``), spooled while the database is unreachable (``spooled``), or refused
+        with ``error`` naming the field (never its value); nothing is dropped silently. Coercions are
+        documented in :func:`skillflow.capture.record.sanitize` and docs/guide/runtime.md. With
+        ``strict=True`` invalid input raises :class:`RunValidationError` and a database error is re-raised
+        (after spooling the run).
+        """
         if isinstance(execution_error, BaseException):
             execution_error = type(execution_error).__name__
+        elif isinstance(execution_error, type) and issubclass(execution_error, BaseException):
+            execution_error = execution_error.__name__
         raw: dict[str, Any] = {
             "query": query,
             "agent_id": self.agent_id,
             "user_id": user_id,
             "steps": steps,
-            "skills_activated": tuple(skills_activated),
+            "skills_activated": skills_activated,
             "execution_error": execution_error,
             "run_id": run_id,
             "created_at": created_at,
-            "metadata": dict(metadata or {}),
+            "metadata": metadata,
         }
         return self.record(raw, strict=strict)
 
@@ -141,7 +155,7 @@ class Skillflow:
             if strict:
                 raise
             log.error("capture failed: %s", type(exc).__name__)
-            return CaptureResult(normalized.run_id or "", False, error=type(exc).__name__)
+            return CaptureResult(normalized.run_id or "", False, error=f"capture failed: {type(exc).__name__}")
 
     def _spool(self, run: RunInput) -> Path | None:
         try:

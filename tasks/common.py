@@ -1,26 +1,36 @@
-"""Helpers every task shares: engines from URLs, the current flow-run id, transient-error retries."""
+"""What every task shares: engines from URLs, the current flow-run id, and the house retry policy.
+
+Tasks never migrate: :func:`engine_for` checks the schema version once per process and fails at once,
+naming ``skillflow migrate``, when the database is behind (docs/design.md, "No DDL on the hot path").
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
 from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
-from skillflow.config import Settings
+from skillflow.kernel.config import Settings
 from skillflow.storage.engine import cached_engine
-from skillflow.storage.migrations import migrate
+from skillflow.storage.migrations import require_current
 
-_MIGRATED: set[str] = set()
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_CHECKED: set[str] = set()
 
 
 def engine_for(database_url: str | None) -> Engine:
-    """The process-wide engine for a URL (migrations are the deploy step, checked once per process)."""
+    """The process-wide engine for a URL, after one schema-version check per process."""
     url = database_url or Settings().database_url
     engine = cached_engine(url)
-    if url not in _MIGRATED:
-        migrate(engine)
-        _MIGRATED.add(url)
+    if url not in _CHECKED:
+        require_current(engine)
+        _CHECKED.add(url)
     return engine
 
 
@@ -39,8 +49,9 @@ def is_transient(exc: BaseException) -> bool:
     """Network, rate-limit, timeout and lock errors are worth a retry; nothing else is."""
     if isinstance(exc, OperationalError | TimeoutError | ConnectionError):
         return True
-    name = type(exc).__name__
-    return name in {
+    if getattr(exc, "transient", False) is True:
+        return True
+    return type(exc).__name__ in {
         "RateLimitError",
         "APITimeoutError",
         "APIConnectionError",
@@ -56,3 +67,21 @@ def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
     except Exception as exc:  # noqa: BLE001 - inspecting the failure is the point
         return is_transient(exc)
     return False
+
+
+def stage(
+    *, retries: int = 2, delays: tuple[float, ...] = (2.0, 10.0), name: str | None = None
+) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """The house task decorator: no result cache (database work), retries only on transient failures."""
+
+    def wrap(fn: Callable[P, R]) -> Task[P, R]:
+        decorate = task(
+            name=name or fn.__name__.replace("_", "-"),
+            cache_policy=NO_CACHE,
+            retries=retries,
+            retry_delay_seconds=list(delays),
+            retry_condition_fn=retry_transient,
+        )
+        return decorate(fn)
+
+    return wrap

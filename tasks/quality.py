@@ -7,14 +7,13 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from skillflow.config import Settings
+from skillflow.kernel.config import Settings
 from skillflow.quality import QualityOptions, QualityReport
 from skillflow.quality.report import render_markdown, store, table_rows, write_html
-from tasks.common import engine_for, flow_run_id, retry_transient
+from tasks.common import engine_for, flow_run_id, stage
 
 REPORT_KEY = "data-quality-report"
 CHECKS_KEY = "data-quality-checks"
-RETRY = {"retries": 2, "retry_delay_seconds": [2, 10], "retry_condition_fn": retry_transient}
 
 
 class DataQualityParams(BaseModel):
@@ -43,7 +42,7 @@ class DataQualityFailed(RuntimeError):
     """Raised by the flow after the report is stored, when a blocking check failed."""
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]  # the shared retry options
+@stage()
 def validate_tables(params: DataQualityParams) -> QualityReport:
     """Run every suite with Great Expectations (the schema is migrated first, once per process)."""
     from skillflow.quality.runner import run_quality
@@ -58,7 +57,7 @@ def write_quality_html(report: QualityReport, report_dir: str) -> QualityReport:
     return report.model_copy(update={"html_path": str(path)})
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@stage()
 def store_quality_report(params: DataQualityParams, report: QualityReport) -> str:
     store(engine_for(params.url()), report)
     return report.id

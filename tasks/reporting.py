@@ -1,4 +1,4 @@
-"""Tasks: review flags, storing the report (+ the cycle mark) and publishing Prefect artifacts."""
+"""Task: publish promotion reports as Prefect artifacts (Markdown and the per-class gate table)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from skillflow import promotion
-from skillflow.promotion import PromotionReport
-from tasks.common import engine_for, retry_transient
+from skillflow.promotion.cycle import PromotionReport
 
 REPORT_KEY = "promotion-report"
 GATES_KEY = "promotion-gates"
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
-def collect_review_flags(database_url: str | None, agent_id: str, user_id: str) -> list[str]:
-    return promotion.review_flags(engine_for(database_url), agent_id, user_id)
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_transient)
-def finish_report(database_url: str | None, report: PromotionReport, mark: bool) -> str | None:
-    """Store the report and mark the cycle in one idempotent transaction (nothing in a dry run)."""
-    return promotion.finish_partition(engine_for(database_url), report, mark)
 
 
 def _cell(items: list[str]) -> str:

@@ -8,8 +8,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from skillflow.config import PromotionConfig
-from skillflow.review import (
+from skillflow.kernel.config import PromotionConfig
+from skillflow.lifecycle.review import (
     ReviewEvidence,
     ReviewOutcome,
     apply_review_decision,
@@ -18,9 +18,8 @@ from skillflow.review import (
     log_review_event,
     render_markdown,
 )
-from tasks.common import engine_for, retry_transient
+from tasks.common import engine_for, stage
 
-RETRY = {"retries": 2, "retry_delay_seconds": [2, 10], "retry_condition_fn": retry_transient}
 ACTOR = "flow:activation-review"
 
 
@@ -29,7 +28,7 @@ def artifact_key(skill_id: str) -> str:
     return "review-" + re.sub(r"[^a-z0-9-]", "-", skill_id.lower())[:12]
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]  # the shared retry options
+@stage()
 def load_review(database_url: str | None, skill_id: str, config: PromotionConfig) -> ReviewEvidence:
     return gather_evidence(engine_for(database_url), skill_id, config)
 
@@ -44,7 +43,7 @@ def publish_review(evidence: ReviewEvidence) -> str:
     return key
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@stage()
 def apply_decision(
     database_url: str | None,
     skill_id: str,
@@ -60,7 +59,7 @@ def apply_decision(
     )
 
 
-@task(cache_policy=NO_CACHE, **RETRY)  # type: ignore[call-overload]
+@stage()
 def record_timeout(database_url: str | None, skill_id: str, flow_run_id: str | None) -> None:
     """A review nobody answered: the skill stays in shadow; the audit log says so."""
     log_review_event(engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow")

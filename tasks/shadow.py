@@ -1,42 +1,31 @@
-"""Task: drain one batch of the shadow outbox (claim → evaluate → persist → reconcile)."""
+"""Tasks of the shadow-evaluation flow: drain the outbox (the one composition) and publish the summary."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from skillflow.config import PromotionConfig, Settings
-from skillflow.embeddings import get_embedder
-from skillflow.shadow import DrainReport, ShadowBatchError, drain_batch
-from tasks.common import engine_for, is_transient
+from skillflow.injection.embeddings import get_embedder
+from skillflow.kernel.config import PromotionConfig, Settings
+from skillflow.lifecycle.shadow import DrainReport, drain_shadow_evaluations
+from tasks.common import engine_for, stage
 
 
-def retry_shadow(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a batch only when its failure was transient (lock timeout, lost connection, embedder timeout)."""
-    try:
-        state.result()
-    except ShadowBatchError as exc:
-        return exc.transient
-    except Exception as exc:  # noqa: BLE001 - inspecting the failure is the point
-        return is_transient(exc)
-    return False
-
-
-@task(cache_policy=NO_CACHE, retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=retry_shadow)
-def drain_shadow_batch(
+@stage()
+def drain_outbox(
     database_url: str | None,
     config: PromotionConfig,
-    batch_size: int,
+    batch_size: int | None,
+    max_batches: int,
     embedder: str | None,
     dry_run: bool,
-    exclude: list[str],
 ) -> DrainReport:
-    """One batch; rows that failed earlier in this flow run (``exclude``) are left for a later run."""
+    """Claim → evaluate → append records → reconcile, batch after batch (claims make a retry safe)."""
     model = get_embedder(embedder or Settings().embedder)
-    return drain_batch(engine_for(database_url), config, model, batch_size, dry_run=dry_run, exclude=set(exclude))
+    return drain_shadow_evaluations(
+        engine_for(database_url), config, model, None, batch_size, max_batches, dry_run=dry_run
+    )
 
 
 @task(cache_policy=NO_CACHE)

@@ -19,6 +19,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+pytest_plugins = ["tests.support.promotion"]
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SKILLFLOW_SHARED_DIR", ROOT.parent / "shared"))
 CORPORA = SHARED / "corpora"

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from sqlalchemy import Engine
 
-from skillflow.config import Settings
+from skillflow.kernel.config import Settings
 from skillflow.storage.engine import make_engine
 from skillflow.storage.types import dumps
 
@@ -36,13 +36,23 @@ def database_url(db: str | None) -> str:
     return db or Settings().database_url
 
 
-def engine_for(db: str | None, migrate: bool = True) -> Engine:
-    """An engine for ``--db``; migrations are applied first unless ``migrate`` is False."""
+def engine_for(db: str | None, migrate: bool = False) -> Engine:
+    """An engine for ``--db``, after the schema check (exit 2 naming ``skillflow migrate`` when behind).
+
+    Only ``migrate``, ``serve`` and ``demo`` pass ``migrate=True``: no other command changes the schema.
+    """
+    from skillflow.storage.migrations import SchemaOutdated, require_current
+    from skillflow.storage.migrations import migrate as run_migrations
+
     engine = make_engine(database_url(db))
     if migrate:
-        from skillflow.storage.migrations import migrate as run_migrations
-
         run_migrations(engine)
+        return engine
+    try:
+        require_current(engine)
+    except SchemaOutdated as exc:
+        engine.dispose()
+        fail(str(exc))
     return engine
 
 

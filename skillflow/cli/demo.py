@@ -20,8 +20,8 @@ from rich.table import Table
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
-from skillflow.config import load_promotion_config
-from skillflow.models import SkillStatus, utcnow
+from skillflow.kernel.config import load_promotion_config
+from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.engine import make_engine
@@ -125,7 +125,7 @@ def _cycle(demo: Demo, user_id: str) -> Any:
 
 def _traffic(sf: Skillflow, n: int, seed: int, user_id: str, **kwargs: Any) -> Any:
     """Runs that happen from now on (a few ms apart), so they are newer than any skill or demotion."""
-    from skillflow.simulator import simulate_runs
+    from skillflow.lab.simulator import simulate_runs
 
     return simulate_runs(sf, n, seed, user_id=user_id, start=utcnow(), step=timedelta(milliseconds=2), **kwargs)
 
@@ -138,7 +138,7 @@ def _stamped(engine: Engine, skill_id: str) -> int:
 
 def _hint_for(sf: Skillflow, user_id: str, sequence: tuple[str, ...]) -> Any:
     """The simulated agent's model follows the procedure of an injected skill (what injection is for)."""
-    from skillflow.simulator import SkillHint
+    from skillflow.lab.simulator import SkillHint
 
     def hook(query: str) -> SkillHint:
         prepared = sf.prepare(query, user_id)
@@ -153,8 +153,8 @@ def run_simulated(db: str) -> None:
     from flows.data_quality import DataQualityParams, data_quality
     from flows.drift_demotion import DriftDemotionParams, drift_demotion
     from flows.shadow_evaluation import ShadowEvaluationParams, shadow_evaluation
-    from skillflow.readiness import get_shadow_readiness
-    from skillflow.simulator import business_outcome, simulate_runs
+    from skillflow.lab.simulator import business_outcome, simulate_runs
+    from skillflow.lifecycle.readiness import get_shadow_readiness
 
     demo = Demo(db, 11)
     demo.step("fresh database: every migration, recorded")
@@ -308,7 +308,7 @@ def _status(demo: Demo) -> None:
 def run_corpus(db: str, corpus: Path) -> None:
     """τ-bench: the same turns with the execution outcome and with the episode reward as evaluator."""
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
-    from skillflow.ingest.tau_bench import ingest_tau_bench
+    from skillflow.lab.ingest.tau_bench import ingest_tau_bench
 
     agent, user = "tau-bench-airline", "shared"
     demo = Demo(db, 3)

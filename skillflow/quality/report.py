@@ -6,10 +6,10 @@ import html
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine
 
 from skillflow.quality.model import QualityReport
-from skillflow.storage.schema import reports
+from skillflow.storage.reports import latest_body, write_report
 
 KIND = "data-quality"
 _CSS = """
@@ -128,26 +128,19 @@ def table_rows(report: QualityReport) -> list[dict[str, Any]]:
 
 
 def store(engine: Engine, report: QualityReport) -> None:
-    """Store the summary as ``reports`` kind ``data-quality`` (delete-then-insert by id: retries converge)."""
+    """Store the summary as ``reports`` kind ``data-quality`` through the one report writer."""
     with engine.begin() as conn:
-        conn.execute(delete(reports).where(reports.c.id == report.id))
-        conn.execute(
-            insert(reports).values(
-                id=report.id,
-                kind=KIND,
-                agent_id=None,
-                user_id=None,
-                flow_run_id=report.flow_run_id,
-                dry_run=0,
-                created_at=report.created_at,
-                body=report.model_dump(mode="json"),
-            )
+        write_report(
+            conn,
+            report_id=report.id,
+            kind=KIND,
+            body=report.model_dump(mode="json"),
+            created_at=report.created_at,
+            flow_run_id=report.flow_run_id,
         )
 
 
 def latest(engine: Engine) -> QualityReport | None:
     with engine.connect() as conn:
-        body = conn.execute(
-            select(reports.c.body).where(reports.c.kind == KIND).order_by(reports.c.created_at.desc()).limit(1)
-        ).scalar()
+        body = latest_body(conn, KIND)
     return QualityReport.model_validate(body) if body else None

@@ -15,11 +15,12 @@ from typing import Any
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
-from skillflow.models import new_id, utcnow
+from skillflow.kernel.models import new_id, utcnow
 from skillflow.quality.dialects import PG_IS_JSON_FUNCTION
 from skillflow.quality.model import Check, CheckResult, QualityOptions, QualityReport, TenantFragmentation
 from skillflow.quality.suites import FRAGMENTATION_QUERY, TABLE_SUITES, SuiteContext, tenant_fragmentation_checks
 from skillflow.storage.engine import make_engine, normalize_url
+from skillflow.storage.reports import report_id
 from skillflow.storage.schema import workflow_memory
 
 log = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ def run_quality(
     blocking = sum(1 for r in results if r.status != "passed" and r.severity == "blocking")
     warnings = sum(1 for r in results if r.status != "passed" and r.severity == "warning")
     report = QualityReport(
-        id=new_id(),
+        id=report_id("data-quality", flow_run_id),
         created_at=utcnow(),
         dialect=dialect,
         passed=blocking == 0,

@@ -15,9 +15,8 @@ from sqlalchemy import Connection, and_, case, func, insert, literal, or_, selec
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql import Select
 
-from skillflow import canonical
-from skillflow.evidence import ClassStats, EvidenceRun
-from skillflow.models import SkillStatus, WorkflowOutcome, utcnow
+from skillflow.kernel import canonical
+from skillflow.kernel.models import ClassStats, EvidenceRun, SkillStatus, WorkflowOutcome, utcnow
 from skillflow.storage.schema import partition_state, skillbox, workflow_memory
 
 wm = workflow_memory

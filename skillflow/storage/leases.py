@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlalchemy import Engine, delete, insert, update
 from sqlalchemy.exc import IntegrityError
 
-from skillflow.models import utcnow
+from skillflow.kernel.models import utcnow
 from skillflow.storage.schema import leases
 
 

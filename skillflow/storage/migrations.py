@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, Index, insert, inspect, select, text
 from sqlalchemy.schema import CreateIndex, DropIndex
 
-from skillflow.models import utcnow
+from skillflow.kernel.models import utcnow
 from skillflow.storage.schema import ROLES, build_metadata, schema_migrations
 
 
@@ -118,11 +118,17 @@ def _m004(conn: Connection) -> None:
         conn.execute(DropIndex(_index(3, table, name)))
 
 
+def _m007(conn: Connection) -> None:
+    """Create ``skill_revisions`` (edited revisions of a skill version) if missing."""
+    build_metadata(7).tables["skill_revisions"].create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
     Migration(3, "003_add_shadow_evaluations", _m003),
     Migration(4, "004_add_covering_indexes", _m004),
+    Migration(7, "007_add_skill_revisions", _m007),
 )
 
 
@@ -146,3 +152,17 @@ def migrate(engine: Engine) -> list[str]:
             conn.execute(insert(schema_migrations).values(version=mig.version, name=mig.name, applied_at=utcnow()))
         applied.append(mig.name)
     return applied
+
+
+class SchemaOutdated(RuntimeError):
+    """The database lacks migrations this code needs; the message names the command that applies them."""
+
+
+def require_current(engine: Engine) -> None:
+    """Fail at once, naming ``skillflow migrate``, when ``engine``'s database is unmigrated or behind."""
+    done = applied_versions(engine)
+    missing = [m.name for m in MIGRATIONS if m.version not in done]
+    if missing:
+        url = engine.url.render_as_string(hide_password=True)
+        state = "has no skillflow schema" if not done else f"is behind (missing {', '.join(missing)})"
+        raise SchemaOutdated(f"database {url} {state}: run `skillflow migrate --db {url}` first")

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
-from skillflow.models import utcnow
+from skillflow.kernel.models import utcnow
 from skillflow.storage.schema import workflow_memory
 
 SKIP_LOCKED_DIALECTS = ("postgresql", "oracle")

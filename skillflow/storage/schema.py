@@ -4,7 +4,8 @@
 creates the upstream-era shape, 002 adds ``skillbox.injection_role`` and 003 adds
 ``workflow_memory.shadow_evaluations``, 004 replaces ``ix_workflow_memory_class`` by the covering index
 ``ix_workflow_memory_class_cover`` (its prefix is the old index, so nothing loses an index) and adds
-``ix_skillbox_tenant_updated``, so fresh installs and upgrades follow one path.
+``ix_skillbox_tenant_updated``, 007 adds ``skill_revisions`` (every edited revision of a skill version, see
+docs/guide/lifecycle.md, "Edit, history and rollback"), so fresh installs and upgrades follow one path.
 ``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
 """
 
@@ -27,7 +28,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 4
+LATEST = 7
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -270,6 +271,24 @@ def build_metadata(level: int = LATEST) -> MetaData:
         Column("expires_at", UTCDateTime(), nullable=False),
     )
 
+    if level >= 7:
+        # Revision 1 is the version as distilled (or imported), written when the first edit lands; skillbox
+        # always holds the newest revision, so readers that ignore this table see what is reviewed.
+        rv: list = [
+            Column("skill_id", String(ID), primary_key=True),
+            Column("revision", Integer, primary_key=True),
+            Column("agent_id", String(TENANT), nullable=False),
+            Column("user_id", String(TENANT), nullable=False),
+            Column("name", String(64), nullable=False),
+            Column("description", String(1024), nullable=False),
+            Column("content", Text(), nullable=False),
+            Column("editor", String(255), nullable=False),
+            Column("reason", String(1000)),
+            Column("created_at", UTCDateTime(), nullable=False),
+        ]
+        _json_col(rv, "validation")
+        Table("skill_revisions", md, *rv)
+
     Table(
         "agent_tools",
         md,
@@ -293,3 +312,4 @@ partition_state = metadata.tables["partition_state"]
 leases = metadata.tables["leases"]
 agent_tools = metadata.tables["agent_tools"]
 schema_migrations = metadata.tables["schema_migrations"]
+skill_revisions = metadata.tables["skill_revisions"]

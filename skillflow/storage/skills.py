@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, and_, func, insert, select, update
 
-from skillflow.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
+from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
 from skillflow.storage.schema import skill_events, skillbox, workflow_memory
 
 RETIRED_STATUSES = (SkillStatus.DEMOTED, SkillStatus.DEPRECATED, SkillStatus.REJECTED)

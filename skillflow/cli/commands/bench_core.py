@@ -20,7 +20,7 @@ def bench_capture(
     json: JsonOption = False,
 ) -> None:
     """Capture latency (p50/p95 of record_run, 5-step runs, file SQLite by default) and canonicalization runs/s."""
-    from skillflow.bench.capture import run
+    from skillflow.lab.bench.capture_bench import run
 
     result = run(runs=runs, database_url=db, canonical_runs=canonical_runs)
     if json:
@@ -65,7 +65,7 @@ def bench_cycle(
     json: JsonOption = False,
 ) -> None:
     """Aggregation over synthetic history (fresh SQLite file per size) vs a naive read-every-row baseline."""
-    from skillflow.bench.cycle import run
+    from skillflow.lab.bench.cycle_bench import run
 
     def say(msg: str) -> None:
         if not json:

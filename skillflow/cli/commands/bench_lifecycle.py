@@ -25,7 +25,7 @@ def bench_lifecycle(
     json: JsonOption = False,
 ) -> None:
     """Shadow evaluation runs/s (hashing embedder, file SQLite) and the drift check's cost at growing history."""
-    from skillflow.bench.lifecycle import run
+    from skillflow.lab.bench.lifecycle_bench import run
 
     try:
         sizes = tuple(int(x.replace("_", "")) for x in histories.split(",") if x.strip())

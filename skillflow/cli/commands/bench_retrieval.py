@@ -48,7 +48,7 @@ def bench_retrieval(
     json: JsonOption = False,
 ) -> None:
     """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
-    from skillflow.bench.retrieval import run
+    from skillflow.lab.bench.retrieval_bench import run
 
     if filler not in ("random", "text"):
         fail("--filler must be random or text")

@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from skillflow.cli.app import AgentOption, DbOption, JsonOption, UserOption, app, console, database_url, engine_for
-from skillflow.evidence import ClassStats
+from skillflow.kernel.models import ClassStats
 from skillflow.storage.aggregate import aggregate_classes, partitions
 
 
@@ -87,7 +87,7 @@ def backfill_cmd(
     json: JsonOption = False,
 ) -> None:
     """Run the backfill-canonical-hashes flow: hash legacy runs in batches, with a progress bar."""
-    from skillflow import backfill
+    from skillflow.operations import backfill
 
     url = database_url(db)
     engine = engine_for(url)  # migrate before the flow starts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from skillflow.cli.app import JsonOption, app, console, print_json
-from skillflow.config import PromotionConfig, Settings, load_promotion_config, load_schedules
+from skillflow.kernel.config import PromotionConfig, Settings, load_promotion_config, load_schedules
 
 
 def settings_markdown() -> str:

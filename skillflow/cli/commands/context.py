@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
-from skillflow.prompting import PROVIDERS, assemble, to_provider
+from skillflow.injection.prompting import PROVIDERS, assemble, to_provider
 
 
 @app.command("context")

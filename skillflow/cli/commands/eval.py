@@ -105,8 +105,8 @@ def eval_cmd(
     json: JsonOption = False,
 ) -> None:
     """Run the three-arm evaluation on the simulator and print per-arm metrics, deltas and invariants."""
-    from skillflow.evaluation.harness import run_evaluation
-    from skillflow.evaluation.settings import EvaluationConfigError, load_eval_settings
+    from skillflow.lab.evaluation.eval_env import EvaluationConfigError, load_eval_settings
+    from skillflow.lab.evaluation.harness import run_evaluation
 
     overrides: dict[str, Any] = {
         k: v

@@ -14,11 +14,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from skillflow import canonical, simulator
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
-from skillflow.config import load_promotion_config
-from skillflow.ingest import api_bank, tau_bench, toolbench
-from skillflow.ingest.common import DEFAULT_USER_ID, IngestReport
+from skillflow.kernel import canonical
+from skillflow.kernel.config import load_promotion_config
+from skillflow.lab import simulator
+from skillflow.lab.ingest import api_bank, tau_bench, toolbench
+from skillflow.lab.ingest.common import DEFAULT_USER_ID, IngestReport
 from skillflow.runtime import Skillflow
 
 progress_console = Console(stderr=True)

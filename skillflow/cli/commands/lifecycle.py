@@ -9,9 +9,9 @@ import typer
 from sqlalchemy import Engine, select
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
-from skillflow.config import load_promotion_config
-from skillflow.lifecycle import ActivationRefused, activate_skill, demote_skill, reject_skill
-from skillflow.readiness import get_shadow_readiness
+from skillflow.kernel.config import load_promotion_config
+from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
+from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.storage.schema import skillbox
 from skillflow.storage.skills import InvalidTransition, SkillRecord
 

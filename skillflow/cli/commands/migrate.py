@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 from sqlalchemy.engine import make_url
 
-from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
-from skillflow.oracle_files import migration_files
+from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, fail, print_json
+from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
+from skillflow.storage.oracle.files import migration_files
 
 PrintOracleOption = Annotated[
     bool,
@@ -35,7 +36,7 @@ def migrate_command(db: DbOption = None, json_out: JsonOption = False, print_ora
             typer.echo("")
         return
     url = database_url(db)
-    engine = engine_for(url, migrate=False)
+    engine = make_engine(url)
     try:
         applied = migrate(engine)
         versions = applied_versions(engine)

@@ -36,7 +36,7 @@ def quality_cmd(
     """Run the data-quality suites now; print the summary and the HTML report path (exit 1 on blocking failures)."""
     from skillflow.quality import QualityOptions, run_and_store
 
-    engine_for(db).dispose()  # migrated first, like every command
+    engine_for(db).dispose()  # fails at once, naming `skillflow migrate`, on an outdated database
     options = QualityOptions.model_validate(
         {"fragmentation_warn_per_100": fragmentation_warn_per_100, "fragmentation_min_runs": fragmentation_min_runs}
     )
@@ -67,7 +67,7 @@ def serve_cmd(db: DbOption = None) -> None:
     """Serve every flow as a deployment (cron from config/skillflow.toml) against $PREFECT_API_URL."""
     from flows.serve import serve_all
 
-    engine_for(db).dispose()
+    engine_for(db, migrate=True).dispose()  # the deploy step: the flows' tasks never migrate
     serve_all(database_url(db))
 
 
@@ -88,8 +88,8 @@ def status_cmd(
     db: DbOption = None, json: JsonOption = False, agent_id: AgentOption = None, prefect_api: PrefectApiOption = None
 ) -> None:
     """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow."""
-    from skillflow.config import load_promotion_config
-    from skillflow.status import collect_status
+    from skillflow.kernel.config import load_promotion_config
+    from skillflow.operations.status import collect_status
 
     engine = engine_for(db)
     status = collect_status(engine, load_promotion_config(), agent_id, prefect_api)
@@ -125,7 +125,7 @@ def events_cmd(
     json: JsonOption = False,
 ) -> None:
     """The skill lifecycle log, newest first: who, what, when, why, and the flow run that did it."""
-    from skillflow.status import list_events
+    from skillflow.operations.status import list_events
 
     events = list_events(engine_for(db), skill, agent_id, limit)
     if json:

@@ -24,12 +24,12 @@ from skillflow.cli.app import (
     fail,
     print_json,
 )
-from skillflow.models import SkillStatus
+from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import SkillNotFound, SkillRecord, get_skill, list_skills
 
 if TYPE_CHECKING:
-    from skillflow.promotion import PromotionReport
+    from skillflow.promotion.cycle import PromotionReport
 
 BADGE = {
     "candidate": "[white on grey37] candidate [/]",
@@ -141,7 +141,7 @@ def cycle_cmd(
     set_: SetOption = None,
 ) -> None:
     """Run the promotion-cycle flow: sweep → gates → rank → distill → validate → store, per partition."""
-    from skillflow.config import load_promotion_config
+    from skillflow.kernel.config import load_promotion_config
 
     try:
         overrides = parse_sets(set_ or [])
@@ -176,7 +176,7 @@ def distill_cmd(
     json: JsonOption = False,
 ) -> None:
     """ "Distill now": run the distill-class flow for one class — the same gates and validation as a cycle."""
-    from skillflow.promotion import resolve_hash
+    from skillflow.promotion.cycle import resolve_hash
 
     url = database_url(db)
     engine = engine_for(url)

@@ -1,0 +1,183 @@
+"""What every corpus parser shares: error classes, synthetic timestamps, the reward evaluator, the writer."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import select
+
+from skillflow.capture.outcome import Workflow
+from skillflow.kernel.models import RunInput, utcnow
+from skillflow.runtime import Skillflow
+from skillflow.storage.schema import workflow_memory
+
+OutcomeMode = Literal["execution", "reward"]
+DEFAULT_USER_ID = "shared"
+RUN_SPACING = timedelta(minutes=1)
+ERROR_CLASS_MAX_WORDS = 6
+_WORD = re.compile(r"[A-Za-z0-9_]+")
+Progress = Callable[[int, int], None]  # (done, total)
+
+
+def error_class_for(message: str, prefix: str = "Error") -> str:
+    """A short, stable class for an error message: values stripped, the first words kept.
+
+    Tokens holding a digit (ids, amounts, dates, flight numbers) are dropped, the remaining words are
+    lowercased and the first six joined with ``_``: ``"Error: payment amount does not add up, total price
+    is 305, but paid 255"`` → ``"Error:payment_amount_does_not_add_up"``. Equal errors with different
+    values therefore share a class.
+    """
+    text = message.strip()
+    if text.lower().startswith(prefix.lower() + ":"):
+        text = text[len(prefix) + 1 :]
+    words = [w.lower() for w in _WORD.findall(text) if not any(ch.isdigit() for ch in w)]
+    slug = "_".join(words[:ERROR_CLASS_MAX_WORDS])
+    return f"{prefix}:{slug}" if slug else prefix
+
+
+def decode_json(text: Any) -> Any:
+    """Parse JSON text when it parses; otherwise return the value unchanged."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def decode_arguments(text: Any) -> Any:
+    """Tool-call arguments: a JSON string is decoded; undecodable text is kept as ``{"_raw": text}``.
+
+    Keeping the raw text under one key makes the broken call visible in the signature (its argument shape
+    is ``["_raw"]``) instead of silently looking like a call without arguments.
+    """
+    if not isinstance(text, str):
+        return text if text is not None else {}
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"_raw": text}
+
+
+def with_timestamps(
+    runs: Sequence[RunInput], end: datetime | None = None, spacing: timedelta = RUN_SPACING
+) -> list[RunInput]:
+    """Deterministic synthetic ``created_at``: runs in corpus order, ``spacing`` apart, the last one at ``end``.
+
+    The corpora carry no wall-clock times; ending at "now" keeps the recency gate meaningful.
+    """
+    end = end or utcnow()
+    last = len(runs) - 1
+    return [replace(run, created_at=end - spacing * (last - i)) for i, run in enumerate(runs)]
+
+
+def reward_evaluator(workflow: Workflow) -> bool | None:
+    """A business callback that reads the episode reward from run metadata: 1.0 → success, else failure.
+
+    A run without a reward keeps its execution outcome (``None``), as the evaluator contract says
+    (docs/guide/runtime.md).
+    """
+    reward = workflow.metadata.get("reward")
+    if reward is None:
+        return None
+    return float(reward) >= 1.0
+
+
+@dataclass
+class IngestReport:
+    """What an ingest did; counts only, no payloads."""
+
+    source: str
+    agent_id: str
+    user_id: str
+    outcome_mode: str
+    runs: int = 0
+    with_tool_calls: int = 0
+    with_identity: int = 0
+    stored: int = 0
+    new: int = 0
+    already_present: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    tools: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "agent_id": self.agent_id,
+            "user_id": self.user_id,
+            "outcome_mode": self.outcome_mode,
+            "runs": self.runs,
+            "with_tool_calls": self.with_tool_calls,
+            "with_identity": self.with_identity,
+            "stored": self.stored,
+            "new": self.new,
+            "already_present": self.already_present,
+            "rejected": dict(self.rejected),
+            "skipped": dict(self.skipped),
+            "outcomes": dict(self.outcomes),
+            "tools": self.tools,
+        }
+
+
+FOREIGN_ROW = "run id already stored for another agent or user"
+
+
+def _existing(sf: Skillflow, ids: list[str], batch: int = 500) -> dict[str, tuple[str, str]]:
+    """Run id → (agent_id, user_id) for the ids already stored."""
+    assert sf.engine is not None
+    wm = workflow_memory.c
+    found: dict[str, tuple[str, str]] = {}
+    with sf.engine.connect() as conn:
+        for start in range(0, len(ids), batch):
+            rows = conn.execute(select(wm.id, wm.agent_id, wm.user_id).where(wm.id.in_(ids[start : start + batch])))
+            found.update({row.id: (row.agent_id, row.user_id) for row in rows})
+    return found
+
+
+def write_runs(
+    sf: Skillflow,
+    runs: Sequence[RunInput],
+    report: IngestReport,
+    tools: Iterable[str],
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id)."""
+    sf.register_tools(tools)
+    report.tools = sorted(set(tools))
+    present = _existing(sf, [r.run_id for r in runs if r.run_id])
+    for done, run in enumerate(runs, start=1):
+        report.runs += 1
+        if run.steps:
+            report.with_tool_calls += 1
+        owner = present.get(run.run_id or "")
+        if owner is not None and owner != (run.agent_id, run.user_id):
+            # Capture would return the other tenant's row as "stored"; say what happened instead.
+            report.rejected[FOREIGN_ROW] += 1
+            if progress is not None:
+                progress(done, len(runs))
+            continue
+        result = sf.record(run)
+        if result.stored:
+            report.stored += 1
+            if result.run_id in present:
+                report.already_present += 1
+            else:
+                report.new += 1
+            if result.canonical_hash:
+                report.with_identity += 1
+            report.outcomes[result.outcome or "unknown"] += 1
+        else:
+            report.rejected[result.error or "unknown error"] += 1
+        if progress is not None:
+            progress(done, len(runs))
+    return report

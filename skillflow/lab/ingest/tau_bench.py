@@ -1,0 +1,115 @@
+"""τ-bench historical trajectories → one run per user turn.
+
+A user turn is a ``user`` message plus the assistant and tool messages up to the next user message; its
+steps are the tool calls the assistant made in that span, each paired with the message that directly
+follows it (call ids are not unique within a conversation). Turns without a tool call are recorded too;
+they have no trajectory identity.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from skillflow.kernel.models import RunInput, Step
+from skillflow.lab.ingest.common import (
+    DEFAULT_USER_ID,
+    IngestReport,
+    OutcomeMode,
+    Progress,
+    decode_arguments,
+    decode_json,
+    error_class_for,
+    reward_evaluator,
+    with_timestamps,
+    write_runs,
+)
+from skillflow.runtime import Skillflow
+
+DEFAULT_AGENT_ID = "tau-bench-airline"
+STOP_MARKER = "###STOP###"
+ERROR_PREFIX = "Error: "
+
+
+def _step(call: Mapping[str, Any], reply: Mapping[str, Any] | None) -> Step:
+    function = call.get("function") or {}
+    name = str(function.get("name") or "")
+    arguments = decode_arguments(function.get("arguments"))
+    content = reply.get("content") if reply is not None and reply.get("role") == "tool" else None
+    if content is None:
+        return Step(tool=name, arguments=arguments, error="no tool result recorded", error_class="Error:no_result")
+    if isinstance(content, str) and content.startswith(ERROR_PREFIX):
+        return Step(tool=name, arguments=arguments, error=content, error_class=error_class_for(content))
+    return Step(tool=name, arguments=arguments, result=decode_json(content))
+
+
+def _turns(traj: list[Mapping[str, Any]]) -> Iterator[tuple[str, list[Step]]]:
+    query: str | None = None
+    steps: list[Step] = []
+    for i, message in enumerate(traj):
+        role = message.get("role")
+        if role == "user":
+            if query is not None:
+                yield query, steps
+            query, steps = str(message.get("content") or ""), []
+        elif role == "assistant" and message.get("tool_calls") and query is not None:
+            reply = traj[i + 1] if i + 1 < len(traj) else None
+            # Every call list in the corpus has exactly one element; a longer list would share one reply.
+            for call in message["tool_calls"]:
+                steps.append(_step(call, reply))
+    if query is not None:
+        yield query, steps
+
+
+def parse_tau_bench(path: Path, agent_id: str = DEFAULT_AGENT_ID, user_id: str = DEFAULT_USER_ID) -> list[RunInput]:
+    """Every user turn of every conversation, in file order, as a run without ``created_at``.
+
+    The run id is ``tau-{task_id}-{trial}-{turn}`` (re-ingesting converges). The simulated customer's id,
+    the task, trial, turn index and episode reward go to run metadata; the query is the user's message
+    with the simulator's ``###STOP###`` marker removed.
+    """
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError("a τ-bench trajectory file is a JSON array of runs")
+    runs: list[RunInput] = []
+    for episode in data:
+        task = (episode.get("info") or {}).get("task") or {}
+        for turn, (query, steps) in enumerate(_turns(episode.get("traj") or [])):
+            runs.append(
+                RunInput(
+                    query=query.replace(STOP_MARKER, "").strip(),
+                    agent_id=agent_id,
+                    user_id=user_id,
+                    steps=tuple(steps),
+                    run_id=f"tau-{episode.get('task_id')}-{episode.get('trial')}-{turn}",
+                    metadata={
+                        "source": "tau-bench",
+                        "task_id": episode.get("task_id"),
+                        "trial": episode.get("trial"),
+                        "turn": turn,
+                        "customer_id": task.get("user_id"),
+                        "reward": episode.get("reward"),
+                    },
+                )
+            )
+    return runs
+
+
+def ingest_tau_bench(
+    path: Path,
+    sf: Skillflow,
+    outcome: OutcomeMode = "execution",
+    user_id: str = DEFAULT_USER_ID,
+    end: datetime | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Parse and store a τ-bench file through ``sf``; ``outcome="reward"`` applies the episode reward."""
+    runs = with_timestamps(parse_tau_bench(path, sf.agent_id, user_id), end)
+    writer = replace(sf, workflow_outcome_evaluator=reward_evaluator if outcome == "reward" else None)
+    tools = {s.tool for r in runs for s in r.steps}
+    report = IngestReport("tau-bench", sf.agent_id, user_id, outcome)
+    return write_runs(writer, runs, report, tools, progress)

@@ -1,0 +1,314 @@
+"""Active-skill monitoring: figures from ``skill_activations`` and the demotion rule (docs/design.md, Shadow and drift).
+
+``skill_activations`` is the normalized index of ``workflow_memory.skills_activated``, written in each
+run's own transaction and holding ACTIVE ids only, so SHADOW ids can never count and concurrent writers
+never lose an update. The rolling window — the only input of the demotion rule besides the grace
+count — is recomputed exactly each time with ``ORDER BY created_at DESC LIMIT w`` on the
+``(skill_id, created_at)`` index. Cumulative counts (activations, successes, failures, deviations) are
+advanced from a per-skill watermark kept in ``stats["active"]`` (the newest ``(created_at, run_id)``
+counted), reading only activations after it, so a check costs O(new activations + w), never O(history).
+A run stored later with a ``created_at`` older than the watermark (a backdated import) still enters the
+window but not the cumulative counts; ``recount=True`` rebuilds them from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy import Connection, Engine, case, func, select
+
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import SkillStatus, utcnow
+from skillflow.storage.reports import report_id, write_report
+from skillflow.storage.schema import skill_activations, skillbox
+from skillflow.storage.skills import SkillRecord, get_skill, transition, update_stats
+
+log = logging.getLogger("skillflow.lifecycle.drift")
+
+KNOWN = ("success", "failure")
+
+
+@dataclass(frozen=True)
+class ActiveFigures:
+    """What ``skill.stats["active"]`` shows."""
+
+    activations: int
+    successes: int
+    failures: int
+    unknown: int
+    deviations: int
+    window: int
+    window_successes: int
+    rolling_success_rate: float | None
+    since: str | None
+    watermark: str | None = None
+    watermark_run: str | None = None
+
+    def as_stats(self, baseline: float | None, flagged: bool, checked_at: datetime) -> dict[str, Any]:
+        out = asdict(self)
+        out["baseline_success_rate"] = baseline
+        out["deviation_rate"] = round(self.deviations / self.activations, 6) if self.activations else 0.0
+        out["deviation_flag"] = flagged
+        out["checked_at"] = checked_at.isoformat()
+        return out
+
+
+@dataclass(frozen=True)
+class DriftDecision:
+    demote: bool
+    reason: str | None
+    deviation_flag: bool
+    grace: bool
+
+
+def _after(cond: list[Any], previous: dict[str, Any]) -> list[Any]:
+    sa = skill_activations.c
+    mark = datetime.fromisoformat(previous["watermark"])
+    return [*cond, (sa.created_at > mark) | ((sa.created_at == mark) & (sa.run_id > previous["watermark_run"]))]
+
+
+def active_figures(conn: Connection, skill: SkillRecord, window: int, recount: bool = False) -> ActiveFigures:
+    """Counts since activation (incremental from the stored watermark) plus the last ``window`` known outcomes."""
+    sa = skill_activations.c
+    cond: list[Any] = [sa.skill_id == skill.id]
+    since = skill.activated_at.isoformat() if skill.activated_at else None
+    if skill.activated_at is not None:
+        cond.append(sa.created_at >= skill.activated_at)
+    previous = dict((skill.stats or {}).get("active") or {})
+    incremental = not recount and previous.get("since") == since and previous.get("watermark") is not None
+    # Read the new watermark first and count up to it, so a row committed meanwhile is counted next time.
+    newest = conn.execute(
+        select(sa.created_at, sa.run_id).where(*cond).order_by(sa.created_at.desc(), sa.run_id.desc()).limit(1)
+    ).first()
+    upto: list[Any] = []
+    if newest is not None:
+        upto = [(sa.created_at < newest[0]) | ((sa.created_at == newest[0]) & (sa.run_id <= newest[1]))]
+    counts = conn.execute(
+        select(
+            func.count().label("n"),
+            func.coalesce(func.sum(case((sa.outcome == "success", 1), else_=0)), 0).label("ok"),
+            func.coalesce(func.sum(case((sa.outcome == "failure", 1), else_=0)), 0).label("ko"),
+            func.coalesce(func.sum(case((sa.canonical_hash == skill.canonical_hash, 0), else_=1)), 0).label("dev"),
+        ).where(*(_after(cond, previous) if incremental else cond), *upto)
+    ).one()
+    base = {k: int(previous.get(k, 0)) for k in ("activations", "successes", "failures", "deviations")}
+    if not incremental:
+        base = dict.fromkeys(base, 0)
+    recent = (
+        conn.execute(
+            select(sa.outcome)
+            .where(*cond, sa.outcome.in_(KNOWN))
+            .order_by(sa.created_at.desc(), sa.run_id.desc())
+            .limit(window)
+        )
+        .scalars()
+        .all()
+    )
+    ok_recent = sum(1 for o in recent if o == "success")
+    n, ok, ko = (
+        base["activations"] + int(counts.n),
+        base["successes"] + int(counts.ok),
+        base["failures"] + int(counts.ko),
+    )
+    keep_mark = incremental and newest is not None and int(counts.n) == 0
+    return ActiveFigures(
+        activations=n,
+        successes=ok,
+        failures=ko,
+        unknown=n - ok - ko,
+        deviations=base["deviations"] + int(counts.dev),
+        window=len(recent),
+        window_successes=ok_recent,
+        rolling_success_rate=(ok_recent / len(recent)) if recent else None,
+        since=since,
+        watermark=previous["watermark"] if keep_mark else (newest[0].isoformat() if newest else None),
+        watermark_run=previous["watermark_run"] if keep_mark else (str(newest[1]) if newest else None),
+    )
+
+
+def baseline_rate(skill: SkillRecord) -> float | None:
+    """The success rate frozen at promotion time (``baseline.success_rate``)."""
+    value = (skill.baseline or {}).get("success_rate")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def decide(figures: ActiveFigures, baseline: float | None, config: PromotionConfig) -> DriftDecision:
+    """Demote when ``known activations >= grace`` and ``rolling < baseline - delta`` (strict)."""
+    flagged = figures.activations > 0 and figures.deviations / figures.activations > 0.5
+    known = figures.successes + figures.failures
+    in_grace = known < config.min_activations_before_drift_check
+    if in_grace or baseline is None or figures.rolling_success_rate is None:
+        return DriftDecision(False, None, flagged, in_grace)
+    rolling = figures.rolling_success_rate
+    # Compare in integers when possible so 7/10 vs 0.9 - 0.2 is exactly "not below" (no float drift).
+    threshold = baseline - config.demotion_success_delta
+    below = figures.window_successes * 1_000_000 < round(threshold * 1_000_000) * figures.window
+    if below:
+        return DriftDecision(True, f"drift: rolling {rolling:.2f} vs baseline {baseline:.2f}", flagged, False)
+    return DriftDecision(False, None, flagged, False)
+
+
+class SkillDrift(BaseModel):
+    """One ACTIVE skill's check (ids and figures only)."""
+
+    skill_id: str
+    agent_id: str
+    user_id: str
+    name: str
+    version: int
+    activations: int
+    rolling_success_rate: float | None
+    baseline_success_rate: float | None
+    deviation_rate: float
+    decision: Literal["demote", "keep", "grace", "no_baseline"]
+    reason: str | None = None
+    deviation_flag: bool = False
+
+
+class DriftReport(BaseModel):
+    dry_run: bool = False
+    checked: int = 0
+    demoted: list[SkillDrift] = Field(default_factory=list)
+    flagged: list[str] = Field(default_factory=list)
+    skills: list[SkillDrift] = Field(default_factory=list)
+    report_id: str | None = None
+
+
+def active_skill_ids(conn: Connection, agent_id: str | None = None, user_id: str | None = None) -> list[str]:
+    q = select(skillbox.c.id).where(skillbox.c.status == SkillStatus.ACTIVE.value)
+    if agent_id is not None:
+        q = q.where(skillbox.c.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(skillbox.c.user_id == user_id)
+    return list(conn.execute(q.order_by(skillbox.c.id)).scalars())
+
+
+def check_skill(
+    engine: Engine,
+    skill_id: str,
+    config: PromotionConfig,
+    *,
+    dry_run: bool = False,
+    actor: str = "flow:drift-demotion",
+    flow_run_id: str | None = None,
+) -> SkillDrift | None:
+    """Recompute one skill's figures, store them, demote on drift — one transaction (None: not ACTIVE now)."""
+    with engine.begin() as conn:
+        row = conn.execute(select(skillbox.c.status).where(skillbox.c.id == skill_id).with_for_update()).first()
+        if row is None or row[0] != SkillStatus.ACTIVE.value:
+            return None
+        skill = get_skill(conn, skill_id)
+        figures = active_figures(conn, skill, config.drift_window_activations)
+        baseline = baseline_rate(skill)
+        verdict = decide(figures, baseline, config)
+        stats = figures.as_stats(baseline, verdict.deviation_flag, utcnow())
+        result = SkillDrift(
+            skill_id=skill.id,
+            agent_id=skill.agent_id,
+            user_id=skill.user_id,
+            name=skill.name,
+            version=skill.version,
+            activations=figures.activations,
+            rolling_success_rate=figures.rolling_success_rate,
+            baseline_success_rate=baseline,
+            deviation_rate=stats["deviation_rate"],
+            decision="demote"
+            if verdict.demote
+            else "grace"
+            if verdict.grace
+            else "no_baseline"
+            if baseline is None
+            else "keep",
+            reason=verdict.reason,
+            deviation_flag=verdict.deviation_flag,
+        )
+        if dry_run:
+            return result
+        previous = {k: v for k, v in ((skill.stats or {}).get("active") or {}).items() if k != "checked_at"}
+        if previous != {k: v for k, v in stats.items() if k != "checked_at"}:
+            update_stats(conn, skill.id, {"active": stats})
+        if verdict.demote:
+            transition(conn, skill.id, SkillStatus.DEMOTED, actor=actor, reason=verdict.reason, flow_run_id=flow_run_id)
+        return result
+
+
+def run_drift(
+    engine: Engine,
+    config: PromotionConfig,
+    *,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    dry_run: bool = False,
+    flow_run_id: str | None = None,
+) -> DriftReport:
+    """Check every ACTIVE skill (optionally of one tenant), demote the drifted unless ``dry_run``, store the report.
+
+    The one composition of drift demotion: the ``drift-demotion`` flow runs it.
+    """
+    with engine.connect() as conn:
+        ids = active_skill_ids(conn, agent_id, user_id)
+    report = DriftReport(dry_run=dry_run)
+    for skill_id in ids:
+        result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)
+        if result is None:
+            continue
+        report.checked += 1
+        report.skills.append(result)
+        if result.decision == "demote":
+            report.demoted.append(result)
+        if result.deviation_flag:
+            report.flagged.append(result.skill_id)
+    report.report_id = store_report(engine, report, agent_id, user_id, flow_run_id)
+    log.info(
+        "drift: checked=%d demoted=%d flagged=%d dry_run=%s",
+        report.checked,
+        len(report.demoted),
+        len(report.flagged),
+        dry_run,
+    )
+    return report
+
+
+def store_report(
+    engine: Engine, report: DriftReport, agent_id: str | None, user_id: str | None, flow_run_id: str | None
+) -> str:
+    """Store the report (kind ``drift``) through the one report writer; a retry replaces, never duplicates."""
+    with engine.begin() as conn:
+        return write_report(
+            conn,
+            report_id=report_id("drift", flow_run_id, agent_id, user_id),
+            kind="drift",
+            body=report.model_dump(mode="json"),
+            created_at=utcnow(),
+            agent_id=agent_id,
+            user_id=user_id,
+            flow_run_id=flow_run_id,
+            dry_run=report.dry_run,
+        )
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def render_markdown(report: DriftReport) -> str:
+    """Figures and ids only (no queries, no skill bodies)."""
+    head = "# Drift report" + (" (dry run)" if report.dry_run else "")
+    lines = [head, "", f"- ACTIVE skills checked: {report.checked}", f"- demoted: {len(report.demoted)}"]
+    lines += [f"  - `{d.skill_id}` {d.name} v{d.version}: {d.reason}" for d in report.demoted]
+    lines.append(f"- deviation review flags (> 50 % of activations took another path): {len(report.flagged)}")
+    lines += [f"  - `{sid}`" for sid in report.flagged]
+    if report.skills:
+        lines += ["", "| skill | tenant | activations | rolling | baseline | deviation | decision |"]
+        lines.append("|---|---|---:|---:|---:|---:|---|")
+        for s in report.skills:
+            lines.append(
+                f"| {s.name} v{s.version} `{s.skill_id[:12]}` | {s.agent_id}/{s.user_id} | {s.activations} | "
+                f"{_rate(s.rolling_success_rate)} | {_rate(s.baseline_success_rate)} | {s.deviation_rate:.2f} | "
+                f"{s.decision} |"
+            )
+    return "\n".join(lines)

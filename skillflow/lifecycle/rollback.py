@@ -1,0 +1,107 @@
+"""Roll a class back to an earlier version: that version ACTIVE again, the current one retired, one transaction.
+
+Only a version that was once ACTIVE (it has ``activated_at``) can come back; it is re-checked against the
+agent's current toolbox (staleness) and, for developer authority, the same rules as an activation. The
+live version of the class (if any) leaves first — ACTIVE is demoted, SHADOW/CANDIDATE rejected — with the
+reviewer's reason, its stamps released; then the earlier version is reinstated and stamps the class. The
+unique ``live_key`` keeps a concurrent activation from leaving two live versions.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Connection, Engine, update
+
+from skillflow.kernel.config import PromotionConfig, load_promotion_config
+from skillflow.kernel.models import SkillStatus, utcnow
+from skillflow.lifecycle.decisions import ActivationRefused, missing_tools, went_through_shadow
+from skillflow.storage.schema import skillbox
+from skillflow.storage.skills import (
+    InvalidTransition,
+    SkillRecord,
+    get_skill,
+    list_skills,
+    live_key,
+    live_skill_for_class,
+    record_event,
+    stamp_class,
+    transition,
+)
+
+log = logging.getLogger("skillflow.lifecycle.rollback")
+
+
+def rollback_problems(conn: Connection, target: SkillRecord, config: PromotionConfig) -> list[str]:
+    """Every reason the earlier version may not come back (empty: allowed)."""
+    problems: list[str] = []
+    if target.activated_at is None:
+        problems.append(f"v{target.version} was never active ({target.status}); only a once-active version comes back")
+    gone = missing_tools(conn, target)
+    if gone:
+        problems.append("tool removed: " + ", ".join(gone))
+    if target.injection_role == "developer" and not (config.require_shadow and went_through_shadow(conn, target.id)):
+        problems.append("developer authority requires require_shadow=True and a shadow review")
+    return problems
+
+
+def rollback_skill(
+    engine: Engine,
+    skill_id: str,
+    to_version: int,
+    *,
+    actor: str,
+    reason: str,
+    config: PromotionConfig | None = None,
+    flow_run_id: str | None = None,
+) -> SkillRecord:
+    """Make version ``to_version`` of ``skill_id``'s class ACTIVE again; raises :class:`ActivationRefused`.
+
+    Rolling back to the version that is already ACTIVE changes nothing.
+    """
+    if not reason or not reason.strip():
+        raise ValueError("a reason is required")
+    config = config or load_promotion_config()
+    reason = reason.strip()
+    with engine.begin() as conn:
+        skill = get_skill(conn, skill_id)
+        versions = list_skills(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
+        found = [v for v in versions if v.version == to_version]
+        if not found:
+            raise InvalidTransition(f"the class of {skill.id} has no version {to_version}")
+        target = found[0]
+        if target.status == SkillStatus.ACTIVE.value:
+            return target
+        problems = rollback_problems(conn, target, config)
+        if problems:
+            raise ActivationRefused(problems)
+        current = live_skill_for_class(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
+        if current is not None and current.id != target.id:
+            leave = SkillStatus.DEMOTED if current.status == SkillStatus.ACTIVE.value else SkillStatus.REJECTED
+            transition(
+                conn, current.id, leave, actor=actor, reason=f"rolled back to v{to_version}: {reason}",
+                flow_run_id=flow_run_id,
+            )  # fmt: skip
+        now = utcnow()
+        conn.execute(
+            update(skillbox)
+            .where(skillbox.c.id == target.id)
+            .values(
+                status=SkillStatus.ACTIVE.value,
+                live_key=live_key(target.agent_id, target.user_id, target.canonical_hash),
+                activated_at=now,
+                updated_at=now,
+                demoted_at=None,
+                demotion_reason=None,
+            )
+        )
+        restored = get_skill(conn, target.id)
+        stamped = stamp_class(conn, restored)
+        record_event(
+            conn, restored, "rolled_back", actor=actor, from_status=target.status, to_status=SkillStatus.ACTIVE.value,
+            reason=reason, flow_run_id=flow_run_id,
+            details={"review": True, "decision": "rollback", "replaced": current.id if current else None,
+                     "stamped": stamped, "role": restored.injection_role},
+        )  # fmt: skip
+    log.info("class %s rolled back to v%d (%s) by %s", skill.canonical_hash[:12], to_version, target.id, actor)
+    return restored

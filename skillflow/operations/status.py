@@ -1,0 +1,200 @@
+"""Operational status per tenant, the last run of each flow, and the lifecycle event log.
+
+Everything is set-based SQL. The Prefect side is read over its REST API with the standard library
+(``skillflow`` never imports prefect); without a reachable API every flow state is reported as ``unknown``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine, case, func, select
+
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import LIVE_STATUSES, utcnow
+from skillflow.promotion.gates import evaluate_gates
+from skillflow.storage.aggregate import aggregate_classes
+from skillflow.storage.schema import reports, skill_events, skillbox, workflow_memory
+
+# Flow (= deployment) name -> the ``reports.kind`` it stores (None: it stores no report).
+FLOW_REPORT_KINDS: dict[str, str | None] = {
+    "promotion-cycle": "promotion",
+    "distill-class": "promotion",
+    "shadow-evaluation": None,
+    "activation-review": None,
+    "drift-demotion": "drift",
+    "data-quality": "data-quality",
+    "backfill-canonical-hashes": "backfill",
+}
+UNKNOWN = "unknown"
+
+
+@dataclass
+class TenantStatus:
+    agent_id: str
+    user_id: str
+    runs: int
+    classes: int
+    eligible_classes: int
+    eligibility_method: str
+    outbox_backlog: int
+    skills: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class FlowStatus:
+    flow: str
+    report_kind: str | None
+    last_report_at: datetime | None
+    last_report_flow_run_id: str | None
+    state: str
+    last_run_at: datetime | None = None
+    last_flow_run_id: str | None = None
+
+
+def _tenant_counts(conn: Connection, agent_id: str | None) -> list[Any]:
+    wm = workflow_memory
+    q = select(
+        wm.c.agent_id,
+        wm.c.user_id,
+        func.count().label("runs"),
+        func.count(wm.c.canonical_hash.distinct()).label("classes"),
+        func.coalesce(func.sum(case((wm.c.shadow_pending == 1, 1), else_=0)), 0).label("backlog"),
+    ).group_by(wm.c.agent_id, wm.c.user_id)
+    if agent_id is not None:
+        q = q.where(wm.c.agent_id == agent_id)
+    return list(conn.execute(q.order_by(wm.c.agent_id, wm.c.user_id)))
+
+
+def _skill_counts(conn: Connection, agent_id: str | None) -> dict[tuple[str, str], dict[str, dict[str, int]]]:
+    sb = skillbox
+    q = select(sb.c.agent_id, sb.c.user_id, sb.c.status, sb.c.injection_role, func.count().label("n")).group_by(
+        sb.c.agent_id, sb.c.user_id, sb.c.status, sb.c.injection_role
+    )
+    if agent_id is not None:
+        q = q.where(sb.c.agent_id == agent_id)
+    out: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+    for row in conn.execute(q):
+        out.setdefault((row.agent_id, row.user_id), {}).setdefault(row.status, {})[row.injection_role] = int(row.n)
+    return out
+
+
+def _eligible_by_gates(conn: Connection, agent_id: str, user_id: str, config: PromotionConfig) -> int:
+    now = utcnow()
+    live = set(
+        conn.execute(
+            select(skillbox.c.canonical_hash).where(
+                skillbox.c.agent_id == agent_id,
+                skillbox.c.user_id == user_id,
+                skillbox.c.status.in_([s.value for s in LIVE_STATUSES]),
+            )
+        ).scalars()
+    )
+    stats = aggregate_classes(conn, agent_id, user_id, now=now)
+    return sum(1 for s in stats if evaluate_gates(s, config, now, s.canonical_hash in live).eligible)
+
+
+def tenant_status(engine: Engine, config: PromotionConfig, agent_id: str | None = None) -> list[TenantStatus]:
+    """Runs, classes, eligible classes, skills by status and role, and the shadow outbox per tenant."""
+    out: list[TenantStatus] = []
+    with engine.connect() as conn:
+        skills = _skill_counts(conn, agent_id)
+        tenants = {(r.agent_id, r.user_id): r for r in _tenant_counts(conn, agent_id)}
+        for key in sorted(set(tenants) | set(skills)):
+            row = tenants.get(key)
+            out.append(
+                TenantStatus(
+                    agent_id=key[0],
+                    user_id=key[1],
+                    runs=int(row.runs) if row else 0,
+                    classes=int(row.classes) if row else 0,
+                    eligible_classes=_eligible_by_gates(conn, key[0], key[1], config) if row else 0,
+                    eligibility_method="promotion gates",
+                    outbox_backlog=int(row.backlog) if row else 0,
+                    skills=skills.get(key, {}),
+                )
+            )
+    return out
+
+
+def _last_reports(conn: Connection) -> dict[str, tuple[datetime, str | None]]:
+    latest = select(reports.c.kind, func.max(reports.c.created_at).label("at")).group_by(reports.c.kind).subquery()
+    q = select(reports.c.kind, reports.c.created_at, reports.c.flow_run_id).join(
+        latest, (latest.c.kind == reports.c.kind) & (latest.c.at == reports.c.created_at)
+    )
+    return {row.kind: (row.created_at, row.flow_run_id) for row in conn.execute(q)}
+
+
+def _prefect_last_run(api_url: str, flow_name: str, timeout: float) -> dict[str, Any] | None:
+    body = {"flows": {"name": {"any_": [flow_name]}}, "sort": "EXPECTED_START_TIME_DESC", "limit": 1}
+    req = urllib.request.Request(
+        f"{api_url.rstrip('/')}/flow_runs/filter",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # the operator-configured API URL
+        runs = json.loads(resp.read())
+    return runs[0] if runs else None
+
+
+def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: float = 3.0) -> list[FlowStatus]:
+    """The last stored report per flow and, when the Prefect API answers, the last flow run's state."""
+    with engine.connect() as conn:
+        last = _last_reports(conn)
+    out = []
+    for name, kind in FLOW_REPORT_KINDS.items():
+        at, run_id = last.get(kind or "", (None, None))
+        out.append(
+            FlowStatus(flow=name, report_kind=kind, last_report_at=at, last_report_flow_run_id=run_id, state=UNKNOWN)
+        )
+    if not prefect_api_url:
+        return out
+    try:
+        for item in out:
+            run = _prefect_last_run(prefect_api_url, item.flow, timeout)
+            if run is None:
+                item.state = "never run"
+                continue
+            state = run.get("state") or {}
+            item.state = str(state.get("name") or state.get("type") or UNKNOWN)
+            stamp = run.get("start_time") or run.get("expected_start_time")
+            item.last_run_at = datetime.fromisoformat(stamp) if stamp else None
+            item.last_flow_run_id = run.get("id")
+    except (OSError, ValueError):  # URLError/HTTPError/timeouts are OSErrors; bad JSON is a ValueError
+        for item in out:  # an unreachable or confused API: say so rather than guess
+            item.state, item.last_run_at, item.last_flow_run_id = UNKNOWN, None, None
+    return out
+
+
+def collect_status(
+    engine: Engine, config: PromotionConfig, agent_id: str | None = None, prefect_api_url: str | None = None
+) -> dict[str, Any]:
+    return {
+        "generated_at": utcnow(),
+        "prefect_api": prefect_api_url or None,
+        "tenants": [asdict(t) for t in tenant_status(engine, config, agent_id)],
+        "flows": [asdict(f) for f in flow_status(engine, prefect_api_url)],
+    }
+
+
+def list_events(
+    engine: Engine, skill_id: str | None = None, agent_id: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The lifecycle log, newest first: who, what, when, why, and the flow run that did it."""
+    ev = skill_events
+    q = select(
+        ev.c.created_at, ev.c.skill_id, ev.c.agent_id, ev.c.user_id, ev.c.event, ev.c.from_status, ev.c.to_status,
+        ev.c.actor, ev.c.reason, ev.c.flow_run_id, ev.c.details,
+    )  # fmt: skip
+    if skill_id is not None:
+        q = q.where(ev.c.skill_id == skill_id)
+    if agent_id is not None:
+        q = q.where(ev.c.agent_id == agent_id)
+    q = q.order_by(ev.c.created_at.desc(), ev.c.id.desc()).limit(limit)
+    with engine.connect() as conn:
+        return [dict(row) for row in conn.execute(q).mappings()]

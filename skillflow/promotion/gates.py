@@ -1,0 +1,76 @@
+"""Eligibility gates of a trajectory class (docs/design.md, Promotion): pure, inclusive thresholds, stable reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import ClassStats
+
+COVERED = "already covered by a live skill"
+UNKNOWN_CLASS = "unknown trajectory class"
+INSUFFICIENT = "distillation returned INSUFFICIENT"
+GATE_NAMES = ("not_covered", "executions", "success_rate", "unknown_share", "distinct_queries", "recency")
+_EPS = 1e-9  # 4/5 must pass a 0.80 gate despite binary floating point
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict for one class: ``reasons`` holds the first failure; ``checks`` holds every gate."""
+
+    canonical_hash: str
+    eligible: bool
+    reasons: list[str]
+    checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str | None:
+        return self.reasons[0] if self.reasons else None
+
+
+def days_since(last_seen: datetime, now: datetime) -> float:
+    """Fractional days between ``last_seen`` and ``now`` (never negative)."""
+    return max(0.0, (now - last_seen).total_seconds() / 86400.0)
+
+
+def whole_days_since(last_seen: datetime, now: datetime) -> int:
+    return max(0, (now - last_seen).days)
+
+
+def unknown_share(stats: ClassStats) -> float:
+    """Share of the class's runs whose outcome is unknown (the business evaluator failed on a success)."""
+    total = stats.executions + stats.unknown
+    return stats.unknown / total if total else 0.0
+
+
+def evaluate_gates(stats: ClassStats, config: PromotionConfig, now: datetime, live_skill: bool) -> GateResult:
+    """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason."""
+    days = whole_days_since(stats.last_seen, now)
+    ordered: list[tuple[str, bool, str]] = [
+        ("not_covered", not (live_skill or stats.stamped > 0), COVERED),
+        (
+            "executions",
+            stats.executions >= config.min_executions,
+            f"executions {stats.executions} < {config.min_executions}",
+        ),
+        (
+            "success_rate",
+            stats.success_rate + _EPS >= config.min_success_rate,
+            f"success_rate {stats.success_rate:.2f} < {config.min_success_rate}",
+        ),
+        (
+            "unknown_share",
+            unknown_share(stats) <= config.max_unknown_share + _EPS,
+            f"unknown_share {unknown_share(stats):.2f} > {config.max_unknown_share}",
+        ),
+        (
+            "distinct_queries",
+            stats.distinct_queries >= config.min_distinct_queries,
+            f"distinct_queries {stats.distinct_queries} < {config.min_distinct_queries}",
+        ),
+        ("recency", days <= config.max_days_since_last_seen, f"stale: last seen {days}d ago"),
+    ]
+    checks = {name: ok for name, ok, _ in ordered}
+    first = next((reason for _, ok, reason in ordered if not ok), None)
+    return GateResult(stats.canonical_hash, first is None, [first] if first else [], checks)

@@ -1,0 +1,169 @@
+"""Store and stamp a validated skill in one transaction, or record a rejection with its backoff.
+
+The unique ``skillbox.live_key`` makes a second live skill for a class impossible: a concurrent or earlier
+store shows up as ``already covered by a live skill``, never as a duplicate.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, and_, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from skillflow.kernel import canonical
+from skillflow.kernel.config import PromotionConfig, get_settings
+from skillflow.kernel.models import ClassStats, InjectionRole, SkillStatus, utcnow
+from skillflow.promotion.distill import DistillOutcome
+from skillflow.promotion.evidence import Evidence
+from skillflow.promotion.gates import COVERED
+from skillflow.promotion.validation import ValidationResult
+from skillflow.storage.aggregate import class_samples
+from skillflow.storage.schema import class_state
+from skillflow.storage.skills import insert_skill, live_skill_for_class, next_version, tenant_filter
+
+log = logging.getLogger("skillflow.promotion.landing")
+
+ACTOR = "flow:promotion-cycle"
+Decision = Literal["promoted", "would promote", "rejected", "skipped", "ineligible", "backoff", "below cut"]
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    """The end of one class's way through distillation, validation and store."""
+
+    canonical_hash: str
+    decision: Decision
+    reasons: list[str]
+    skill_id: str | None = None
+    status: str | None = None
+
+
+def trigger_queries(conn: Connection, evidence: Evidence, config: PromotionConfig) -> list[str]:
+    """Up to ``max_trigger_queries`` distinct recent successful queries of the class, literals redacted."""
+    from skillflow.promotion.redact import redact_query, source_literals
+
+    s = evidence.stats
+    recent, _ = class_samples(conn, s.agent_id, s.user_id, s.canonical_hash, s.since, config.max_trigger_queries * 4, 0)
+    pool = Evidence(s, evidence.signature, [*evidence.successes, *recent], evidence.failures, evidence.toolbox)
+    literals = source_literals(pool)
+    out: dict[str, str] = {}
+    for run in pool.successes:
+        redacted = redact_query(run.query, literals)
+        key = canonical.normalize_query(redacted)
+        if key and key not in out:
+            out[key] = redacted
+        if len(out) >= config.max_trigger_queries:
+            break
+    return list(out.values())
+
+
+def baseline_of(stats: ClassStats) -> dict[str, Any]:
+    return {
+        "executions": stats.executions,
+        "success_rate": stats.success_rate,
+        "window_start": stats.first_seen.isoformat(),
+        "window_end": stats.last_seen.isoformat(),
+    }
+
+
+def store_skill(
+    engine: Engine,
+    evidence: Evidence,
+    outcome: DistillOutcome,
+    validation: ValidationResult,
+    config: PromotionConfig,
+    *,
+    actor: str = ACTOR,
+    flow_run_id: str | None = None,
+    embedder_name: str | None = None,
+) -> ClassResult:
+    """Insert the skill (SHADOW or ACTIVE + stamping), its vectors and the cleared backoff in ONE transaction.
+
+    A live skill for the class (a concurrent or earlier cycle) makes this a skip, also when the unique
+    ``live_key`` fires at insert time.
+    """
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.injection.retrieval import write_skill_vectors
+
+    s = evidence.stats
+    parsed, content = validation.parsed, outcome.skill_md
+    if not validation.ok or parsed is None or content is None:
+        raise ValueError("store_skill takes only a distilled SKILL.md that passed validation")
+    status = SkillStatus.SHADOW if config.require_shadow else SkillStatus.ACTIVE
+    role = InjectionRole(config.skill_injection_role)
+    embedder = get_embedder(embedder_name or get_settings().embedder)
+    try:
+        with engine.begin() as conn:
+            if live_skill_for_class(conn, s.agent_id, s.user_id, s.canonical_hash) is not None:
+                return ClassResult(s.canonical_hash, "skipped", [COVERED])
+            skill = insert_skill(
+                conn,
+                agent_id=s.agent_id,
+                user_id=s.user_id,
+                canonical_hash=s.canonical_hash,
+                name=parsed.name,
+                description=parsed.description,
+                content=content,
+                status=status,
+                injection_role=role,
+                version=next_version(conn, s.agent_id, s.user_id, s.canonical_hash),
+                preconditions=list(parsed.preconditions),
+                tools=list(parsed.allowed_tools),
+                trigger_queries=trigger_queries(conn, evidence, config),
+                source_workflow_ids=evidence.source_ids,
+                baseline=baseline_of(s),
+                validation=dict(validation.checks),
+                prompt_version=outcome.prompt_version,
+                distiller=outcome.distiller,
+                embedding_model=embedder.model_id,
+                actor=actor,
+                flow_run_id=flow_run_id,
+            )
+            write_skill_vectors(conn, skill, embedder, config.max_trigger_queries)
+            conn.execute(
+                class_state.delete().where(
+                    tenant_filter(class_state, s.agent_id, s.user_id), class_state.c.canonical_hash == s.canonical_hash
+                )
+            )
+    except IntegrityError:
+        return ClassResult(s.canonical_hash, "skipped", [COVERED])
+    log.info("stored skill %s (class %s, %s, v%d)", skill.id, s.canonical_hash[:12], status.value, skill.version)
+    return ClassResult(s.canonical_hash, "promoted", [], skill.id, status.value)
+
+
+def record_rejection(
+    engine: Engine, stats: ClassStats, cycle: int, reasons: list[str], config: PromotionConfig
+) -> ClassResult:
+    """Record a rejection in ``class_state``: the class waits ``rejection_backoff_cycles`` cycles (idempotent)."""
+    retry_after = cycle + config.rejection_backoff_cycles
+    key = and_(
+        tenant_filter(class_state, stats.agent_id, stats.user_id), class_state.c.canonical_hash == stats.canonical_hash
+    )
+    values = {
+        "last_rejected_cycle": cycle,
+        "retry_after_cycle": retry_after,
+        "last_reasons": reasons,
+        "updated_at": utcnow(),
+    }
+    with engine.begin() as conn:
+        prior = conn.execute(select(class_state.c.last_rejected_cycle).where(key)).first()
+        if prior is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(class_state).values(
+                            agent_id=stats.agent_id,
+                            user_id=stats.user_id,
+                            canonical_hash=stats.canonical_hash,
+                            rejections=1,
+                            **values,
+                        )
+                    )
+            except IntegrityError:
+                conn.execute(update(class_state).where(key).values(**values))
+        elif prior[0] != cycle:  # a retry within the same cycle counts once
+            conn.execute(update(class_state).where(key).values(rejections=class_state.c.rejections + 1, **values))
+    return ClassResult(stats.canonical_hash, "rejected", reasons)

@@ -1,0 +1,66 @@
+"""Staleness sweep: an ACTIVE skill whose declared tools no longer all resolve is deprecated at once."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, select
+
+from skillflow.kernel.models import SkillStatus
+from skillflow.storage.schema import agent_tools
+from skillflow.storage.skills import list_skills, transition
+
+log = logging.getLogger("skillflow.promotion.staleness")
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Skills deprecated (or that would be, in a dry run) with their reasons; ``note`` when the sweep was skipped."""
+
+    deprecated: list[tuple[str, str]]
+    note: str | None = None
+
+
+def registered_tools(conn: Connection, agent_id: str) -> list[str]:
+    """The agent's registered toolbox (sorted)."""
+    q = select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id).order_by(agent_tools.c.tool_name)
+    return list(conn.execute(q).scalars())
+
+
+def missing_tools(declared: list[str] | None, toolbox: set[str]) -> list[str]:
+    return sorted({t for t in (declared or []) if t not in toolbox})
+
+
+def sweep(
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    *,
+    actor: str,
+    flow_run_id: str | None = None,
+    dry_run: bool = False,
+) -> SweepResult:
+    """Deprecate every ACTIVE skill of the partition that declares a tool missing from the toolbox.
+
+    An agent with no registered toolbox is not swept: an empty list cannot tell "every tool removed"
+    from "never registered". Each deprecation is its own transaction and idempotent (``transition``).
+    """
+    with engine.connect() as conn:
+        toolbox = set(registered_tools(conn, agent_id))
+        active = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
+    if not toolbox:
+        return SweepResult([], f"agent {agent_id} has no registered toolbox: staleness sweep skipped")
+    found: list[tuple[str, str]] = []
+    for skill in active:
+        missing = missing_tools(skill.tools, toolbox)
+        if not missing:
+            continue
+        reason = "tool removed: " + ", ".join(missing)
+        found.append((skill.id, reason))
+        if dry_run:
+            continue
+        with engine.begin() as conn:
+            transition(conn, skill.id, SkillStatus.DEPRECATED, actor=actor, reason=reason, flow_run_id=flow_run_id)
+    log.info("staleness sweep: %d deprecated (dry_run=%s)", len(found), dry_run)
+    return SweepResult(found)

@@ -1,0 +1,129 @@
+"""Drift: figures from skill_activations, the strict demotion rule, grace, deviation flag, stamps released."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, func, select
+
+from skillflow.kernel.models import SkillStatus
+from skillflow.lifecycle.drift import ActiveFigures, decide, run_drift
+from skillflow.storage.schema import skill_activations, skill_events, workflow_memory
+from skillflow.storage.skills import get_skill
+from tests.support.lifecycle import class_hash, config, earlier, later, make_skill, other_steps, record
+
+
+def _figures(ok: int, n: int, activations: int | None = None, deviations: int = 0) -> ActiveFigures:
+    total = activations if activations is not None else n
+    return ActiveFigures(total, ok, total - ok, 0, deviations, n, ok, ok / n if n else None, None)
+
+
+def test_rule_is_strict_and_exact() -> None:
+    assert decide(_figures(7, 10), 0.9, config(demotion_success_delta=0.2)).demote is False  # 0.70 is not < 0.70
+    got = decide(_figures(6, 10), 0.9, config(demotion_success_delta=0.25))
+    assert got.demote is True and got.reason == "drift: rolling 0.60 vs baseline 0.90"
+    assert decide(_figures(0, 4), 0.9, config()).grace is True  # 4 < min_activations_before_drift_check
+    assert decide(_figures(0, 4), 0.9, config()).demote is False
+    assert decide(_figures(0, 10), None, config()).demote is False  # no frozen baseline, no verdict
+    flagged = decide(_figures(10, 10, deviations=6), 0.9, config())
+    assert flagged.deviation_flag is True and flagged.demote is False  # a review flag never demotes
+
+
+def _active(engine: Engine):  # type: ignore[no-untyped-def]
+    source = record(engine, "cancel my reservation", at=earlier(2))
+    skill = make_skill(engine, class_hash(engine, source), sources=[source], status=SkillStatus.ACTIVE, baseline=0.9)
+    return source, skill
+
+
+def _activate_runs(engine: Engine, skill_id: str, outcomes: list[bool], start: float = 1.0) -> list[str]:
+    return [
+        record(engine, f"cancel reservation {i}", skills=(skill_id,), ok=ok, at=later(start + i))
+        for i, ok in enumerate(outcomes)
+    ]
+
+
+def test_six_of_ten_demotes_and_releases_stamps(engine: Engine) -> None:
+    source, skill = _active(engine)
+    runs = _activate_runs(engine, skill.id, [True] * 6 + [False] * 4)
+    with engine.connect() as conn:
+        stamped = conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill.id)).scalar()
+    assert stamped == len(runs) + 1
+    dry = run_drift(engine, config(), dry_run=True)
+    assert [d.skill_id for d in dry.demoted] == [skill.id]
+    with engine.connect() as conn:
+        assert get_skill(conn, skill.id).status == "active"  # dry run changes nothing
+    report = run_drift(engine, config(demotion_success_delta=0.25), flow_run_id="fr-1")
+    assert [d.skill_id for d in report.demoted] == [skill.id]
+    with engine.connect() as conn:
+        after = get_skill(conn, skill.id)
+        stamped = conn.execute(select(func.count()).where(workflow_memory.c.promoted_skill_id == skill.id)).scalar()
+        event = (
+            conn.execute(
+                select(skill_events).where(skill_events.c.skill_id == skill.id, skill_events.c.to_status == "demoted")
+            )
+            .mappings()
+            .one()
+        )
+    assert after.status == "demoted" and after.demotion_reason == "drift: rolling 0.60 vs baseline 0.90"
+    assert after.demoted_at is not None and stamped == 0
+    assert event["actor"] == "flow:drift-demotion" and event["flow_run_id"] == "fr-1"
+    active = (after.stats or {})["active"]
+    assert (active["activations"], active["successes"], active["failures"], active["window"]) == (10, 6, 4, 10)
+    assert active["rolling_success_rate"] == 0.6 and active["baseline_success_rate"] == 0.9
+    with engine.connect() as conn:  # the source run is released too
+        released = conn.execute(select(workflow_memory.c.promoted_skill_id).where(workflow_memory.c.id == source))
+        assert released.scalar_one() is None
+    assert run_drift(engine, config()).checked == 0  # demoted skills are no longer monitored
+
+
+def test_seven_of_ten_against_delta_point_two_keeps(engine: Engine) -> None:
+    _source, skill = _active(engine)
+    _activate_runs(engine, skill.id, [False, False, False] + [True] * 7)
+    report = run_drift(engine, config(demotion_success_delta=0.2))
+    assert report.demoted == [] and report.skills[0].decision == "keep"
+    with engine.connect() as conn:
+        after = get_skill(conn, skill.id)
+    assert after.status == "active" and (after.stats or {})["active"]["rolling_success_rate"] == 0.7
+
+
+def test_window_grace_and_shadow_ids(engine: Engine) -> None:
+    _source, skill = _active(engine)
+    # Old failures fall out of the rolling window: only the last 10 outcomes count.
+    _activate_runs(engine, skill.id, [False] * 6 + [True] * 10)
+    report = run_drift(engine, config())
+    assert report.skills[0].rolling_success_rate == 1.0 and report.demoted == []
+    # A SHADOW skill named in skills_activated is never recorded, so it can never count.
+    other = record(engine, "refund please", steps=other_steps())
+    shadow = make_skill(engine, class_hash(engine, other), status=SkillStatus.SHADOW)
+    record(engine, "refund please", steps=other_steps(), skills=(shadow.id,), ok=False)
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).where(skill_activations.c.skill_id == shadow.id)).scalar() == 0
+    assert shadow.id not in {s.skill_id for s in run_drift(engine, config()).skills}
+
+
+def test_grace_period_and_deviation_flag(engine: Engine) -> None:
+    _source, skill = _active(engine)
+    _activate_runs(engine, skill.id, [False] * 4)
+    report = run_drift(engine, config())
+    assert report.demoted == [] and report.skills[0].decision == "grace"
+    for i in range(6):
+        record(engine, f"cancel differently {i}", steps=other_steps(), skills=(skill.id,), ok=True, at=later(10 + i))
+    report = run_drift(engine, config(drift_window_activations=6))
+    assert report.flagged == [skill.id] and report.demoted == []  # 6/10 deviations: flagged, rolling 6/6
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert active["deviations"] == 6 and active["deviation_flag"] is True and active["deviation_rate"] == 0.6
+
+
+def test_counts_advance_from_the_watermark(engine: Engine) -> None:
+    _source, skill = _active(engine)
+    _activate_runs(engine, skill.id, [True] * 5)
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        first = (get_skill(conn, skill.id).stats or {})["active"]
+    assert first["activations"] == 5 and first["watermark"] and first["watermark_run"]
+    run_drift(engine, config())  # nothing new: same figures, same watermark
+    _activate_runs(engine, skill.id, [False, True], start=20)
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert (active["activations"], active["successes"], active["failures"]) == (7, 6, 1)
+    assert active["watermark"] > first["watermark"] and active["window"] == 7

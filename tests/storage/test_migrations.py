@@ -1,0 +1,201 @@
+"""``migrate`` on SQLite and PostgreSQL: idempotent, recorded, and upgrades end identical to fresh installs."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, insert, inspect, select, text
+from sqlalchemy.exc import IntegrityError
+from typer.testing import CliRunner
+
+from skillflow.cli import app
+from skillflow.kernel.models import utcnow
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
+from skillflow.storage.schema import CLASS_COVER_COLUMNS, build_metadata, schema_migrations, skillbox
+
+NAMES = [m.name for m in MIGRATIONS]
+
+
+@pytest.fixture
+def raw(db_url: str) -> Iterator[Engine]:
+    """An empty, unmigrated database on each backend."""
+    eng = make_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+def snapshot(engine: Engine) -> dict[str, Any]:
+    """What reflection sees: columns (type, nullability, default), constraint names, indexes."""
+    insp = inspect(engine)
+    out: dict[str, Any] = {}
+    for table in sorted(insp.get_table_names()):
+        out[table] = {
+            "columns": [(c["name"], str(c["type"]), c["nullable"], c.get("default")) for c in insp.get_columns(table)],
+            "checks": sorted(str(c.get("name")) for c in insp.get_check_constraints(table)),
+            "pk": (insp.get_pk_constraint(table)["constrained_columns"]),
+            "unique": sorted(str(u.get("name")) for u in insp.get_unique_constraints(table)),
+            "indexes": sorted((str(i["name"]), tuple(i["column_names"])) for i in insp.get_indexes(table)),
+        }
+    return out
+
+
+def _legacy_skill(i: int) -> dict[str, Any]:
+    now = utcnow()
+    return {
+        "id": f"legacy-{i}",
+        "agent_id": "a",
+        "user_id": "u",
+        "canonical_hash": f"{i:064x}",
+        "version": 1,
+        "name": f"legacy-skill-{i}",
+        "description": "Use when a customer asks to cancel a reservation.",
+        "status": "active" if i == 0 else "shadow",
+        "live_key": f"a|u|{i}",
+        "content": "---\nname: legacy\n---\n",
+        "prompt_version": "v0",
+        "distiller": "upstream",
+        "tools": ["lookup_order"],
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _record(engine: Engine, *versions: int) -> None:
+    with engine.begin() as conn:
+        schema_migrations.create(conn, checkfirst=True)
+        for v in versions:
+            name = next(m.name for m in MIGRATIONS if m.version == v)
+            conn.execute(insert(schema_migrations).values(version=v, name=name, applied_at=utcnow()))
+
+
+def _reference(db_url: str, tmp_path: Any) -> dict[str, Any]:
+    """A fresh install's snapshot on the same backend (another SQLite file, or another PostgreSQL schema)."""
+    schema = None
+    if db_url.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    else:
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        admin = make_engine(db_url)
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        admin.dispose()
+        url = db_url.replace(db_url.split("search_path%3D", 1)[1], schema)
+    eng = make_engine(url)
+    try:
+        migrate(eng)
+        return snapshot(eng)
+    finally:
+        eng.dispose()
+        if schema is not None:
+            admin = make_engine(db_url)
+            with admin.begin() as conn:
+                conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            admin.dispose()
+
+
+def test_migrate_is_idempotent_and_recorded(raw: Engine) -> None:
+    assert applied_versions(raw) == set()
+    assert migrate(raw) == NAMES
+    first = snapshot(raw)
+    assert migrate(raw) == []
+    assert snapshot(raw) == first
+    with raw.connect() as conn:
+        rows = conn.execute(select(schema_migrations.c.version, schema_migrations.c.name).order_by("version")).all()
+        applied_at = conn.execute(select(schema_migrations.c.applied_at)).scalars().all()
+    assert [tuple(r) for r in rows] == [(m.version, m.name) for m in MIGRATIONS]
+    assert all(ts.tzinfo is not None for ts in applied_at)
+    assert "injection_role" in {c[0] for c in first["skillbox"]["columns"]}
+    assert "shadow_evaluations" in {c[0] for c in first["workflow_memory"]["columns"]}
+
+
+def test_upgrade_from_pre_002_schema_equals_fresh_install(raw: Engine, db_url: str, tmp_path: Any) -> None:
+    legacy = build_metadata(1)
+    legacy.create_all(raw)
+    with raw.begin() as conn:
+        conn.execute(insert(legacy.tables["skillbox"]), [_legacy_skill(i) for i in range(3)])
+    _record(raw, 1)
+    assert "injection_role" not in {c["name"] for c in inspect(raw).get_columns("skillbox")}
+
+    assert migrate(raw) == NAMES[1:]
+
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+    with raw.connect() as conn:
+        roles = conn.execute(select(skillbox.c.id, skillbox.c.injection_role).order_by(skillbox.c.id)).all()
+    assert [tuple(r) for r in roles] == [(f"legacy-{i}", "user") for i in range(3)]
+    with pytest.raises(IntegrityError), raw.begin() as conn:  # the check constraint is live after the upgrade
+        conn.execute(skillbox.update().where(skillbox.c.id == "legacy-0").values(injection_role="system"))
+
+
+def test_manually_managed_schema_with_the_002_column_migrates_cleanly(raw: Engine, db_url: str, tmp_path: Any) -> None:
+    build_metadata(2).create_all(raw)  # injection_role added by hand, bookkeeping says only 001
+    _record(raw, 1)
+    assert migrate(raw) == NAMES[1:]
+    assert migrate(raw) == []
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+
+
+def _index_names(engine: Engine, table: str) -> set[str]:
+    return {str(ix["name"]) for ix in inspect(engine).get_indexes(table)}
+
+
+@pytest.mark.parametrize("prebuilt", [False, True], ids=["plain", "cover-index-prebuilt"])
+def test_upgrade_from_003_equals_fresh_install(raw: Engine, db_url: str, tmp_path: Any, prebuilt: bool) -> None:
+    with raw.begin() as conn:  # a deployment migrated by the release before 004
+        for mig in MIGRATIONS[:3]:
+            mig.apply(conn)
+        conn.execute(insert(build_metadata(3).tables["skillbox"]), [_legacy_skill(i) for i in range(2)])
+        if prebuilt:  # a DBA built it ahead of the release (CONCURRENTLY on PostgreSQL): migrate only records 004
+            cols = ", ".join(CLASS_COVER_COLUMNS)
+            conn.execute(text(f"CREATE INDEX ix_workflow_memory_class_cover ON workflow_memory ({cols})"))
+    _record(raw, 1, 2, 3)
+    assert "ix_workflow_memory_class" in _index_names(raw, "workflow_memory")
+
+    assert migrate(raw) == NAMES[3:] and NAMES[3] == "004_add_covering_indexes"
+
+    wm_indexes = _index_names(raw, "workflow_memory")
+    assert "ix_workflow_memory_class_cover" in wm_indexes and "ix_workflow_memory_class" not in wm_indexes
+    assert "ix_skillbox_tenant_updated" in _index_names(raw, "skillbox")
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+    assert applied_versions(raw) == {m.version for m in MIGRATIONS}
+    with raw.connect() as conn:  # rows survive the index swap
+        assert conn.execute(select(skillbox.c.id).order_by(skillbox.c.id)).scalars().all() == ["legacy-0", "legacy-1"]
+    assert migrate(raw) == []
+
+
+def test_hand_added_column_without_its_check_gets_it(raw: Engine, db_url: str, tmp_path: Any) -> None:
+    if raw.dialect.name == "sqlite":
+        pytest.skip("SQLite cannot add a constraint to an existing column (ALTER TABLE has no ADD CONSTRAINT)")
+    build_metadata(1).create_all(raw)
+    with raw.begin() as conn:
+        conn.execute(text("ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL"))
+    _record(raw, 1)
+    migrate(raw)
+    checks = {c["name"] for c in inspect(raw).get_check_constraints("skillbox")}
+    assert "ck_skillbox_injection_role" in checks
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+
+
+def test_cli_migrate_reports_applied_then_current(db_url: str) -> None:
+    runner = CliRunner()
+    first = runner.invoke(app, ["migrate", "--db", db_url, "--json"])
+    assert first.exit_code == 0, first.output
+    body = json.loads(first.output)
+    assert (body["applied"], body["current"]) == (NAMES, [])
+    second = runner.invoke(app, ["migrate", "--db", db_url])
+    assert second.exit_code == 0, second.output
+    assert f"0 applied, {len(NAMES)} already current" in second.output
+    assert all(f"current  {n}" in second.output for n in NAMES)
+
+
+def test_004_tenant_updated_index_serves_the_retrieval_cache_stamp(sqlite_engine: Engine) -> None:
+    """The statement ``skillflow.injection.retrieval._stamp`` runs before every cached search: one index seek."""
+    stmt = select(func.max(skillbox.c.updated_at)).where(skillbox.c.agent_id == "a", skillbox.c.user_id == "u")
+    sql = stmt.compile(sqlite_engine, compile_kwargs={"literal_binds": True})
+    with sqlite_engine.connect() as conn:
+        plan = " | ".join(str(r[3]) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
+    assert plan == "SEARCH skillbox USING COVERING INDEX ix_skillbox_tenant_updated (agent_id=? AND user_id=?)"

@@ -1,0 +1,105 @@
+"""Unit tests of the eligibility gates: inclusive thresholds, first failure wins, every check computed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import ClassStats
+from skillflow.promotion.gates import COVERED, evaluate_gates
+
+NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+
+
+def stats(executions: int = 5, successes: int | None = None, distinct: int = 2, days: float = 0, stamped: int = 0):
+    successes = executions if successes is None else successes
+    return ClassStats(
+        agent_id="a",
+        user_id="u",
+        canonical_hash="h" * 64,
+        executions=executions,
+        successes=successes,
+        failures=executions - successes,
+        unknown=0,
+        success_rate=successes / executions if executions else 0.0,
+        distinct_queries=distinct,
+        first_seen=NOW - timedelta(days=days + 1),
+        last_seen=NOW - timedelta(days=days),
+        tool_sequence="a>b",
+        stamped=stamped,
+    )
+
+
+CFG = PromotionConfig()
+
+
+def test_exactly_at_every_threshold_is_eligible() -> None:
+    result = evaluate_gates(stats(executions=5, successes=4, distinct=2, days=30), CFG, NOW, live_skill=False)
+    assert result.eligible and result.reasons == []
+    assert result.checks == {
+        "not_covered": True,
+        "executions": True,
+        "success_rate": True,
+        "unknown_share": True,
+        "distinct_queries": True,
+        "recency": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "reason", "failed"),
+    [
+        ({"executions": 4}, "executions 4 < 5", "executions"),
+        ({"executions": 10, "successes": 7}, "success_rate 0.70 < 0.8", "success_rate"),
+        ({"distinct": 1}, "distinct_queries 1 < 2", "distinct_queries"),
+        ({"days": 31}, "stale: last seen 31d ago", "recency"),
+        ({"days": 30.9}, None, None),  # whole days: 30 days and some hours is still inside a 30-day window
+    ],
+)
+def test_each_gate_reason_is_stable(kwargs: dict, reason: str | None, failed: str | None) -> None:
+    result = evaluate_gates(stats(**kwargs), CFG, NOW, live_skill=False)
+    assert result.reasons == ([reason] if reason else [])
+    assert [k for k, v in result.checks.items() if not v] == ([failed] if failed else [])
+
+
+def test_first_failure_wins_but_every_check_is_computed() -> None:
+    result = evaluate_gates(stats(executions=3, successes=1, distinct=1, days=40), CFG, NOW, live_skill=False)
+    assert result.reasons == ["executions 3 < 5"]
+    assert result.checks == {
+        "not_covered": True,
+        "executions": False,
+        "success_rate": False,
+        "unknown_share": True,
+        "distinct_queries": False,
+        "recency": False,
+    }
+
+
+def test_live_skill_or_stamped_runs_cover_the_class_first() -> None:
+    assert evaluate_gates(stats(), CFG, NOW, live_skill=True).reasons == [COVERED]
+    covered = evaluate_gates(stats(executions=1, stamped=1), CFG, NOW, live_skill=False)
+    assert covered.reasons == [COVERED] and covered.checks["executions"] is False
+
+
+def test_a_frequent_low_success_class_is_a_bug_report_not_a_skill() -> None:
+    result = evaluate_gates(stats(executions=50, successes=30, distinct=40), CFG, NOW, live_skill=False)
+    assert not result.eligible and result.reasons == ["success_rate 0.60 < 0.8"]
+
+
+def test_thresholds_follow_the_config() -> None:
+    cfg = PromotionConfig(min_executions=2, min_success_rate=0.5, min_distinct_queries=1, max_days_since_last_seen=3)
+    assert evaluate_gates(stats(executions=2, successes=1, distinct=1, days=3), cfg, NOW, live_skill=False).eligible
+    assert evaluate_gates(stats(days=4), cfg, NOW, live_skill=False).reasons == ["stale: last seen 4d ago"]
+
+
+def test_unknown_share_gate_is_inclusive_and_reported() -> None:
+    from dataclasses import replace
+
+    at = replace(stats(executions=8), unknown=2)  # 2 of 10 runs unknown: exactly the 0.2 default
+    assert evaluate_gates(at, CFG, NOW, live_skill=False).eligible
+    over = replace(stats(executions=8), unknown=3)  # 3 of 11
+    result = evaluate_gates(over, CFG, NOW, live_skill=False)
+    assert result.reasons == ["unknown_share 0.27 > 0.2"]
+    assert [k for k, v in result.checks.items() if not v] == ["unknown_share"]
