@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from prefect import flow
@@ -9,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.shadow import DrainReport
-from tasks.shadow import drain_outbox, publish_shadow_summary
+from tasks.shadow import drain_outbox, publish_shadow_summary, requeue_backlog
 
 
 class ShadowEvaluationParams(BaseModel):
@@ -21,6 +22,10 @@ class ShadowEvaluationParams(BaseModel):
     dry_run: bool = Field(False, description="Evaluate one batch without claiming or writing anything")
     embedder: Literal["minilm", "hashing", "openai"] | None = Field(None, description="Default: $SKILLFLOW_EMBEDDER")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
+    evaluate_backlog: bool = Field(
+        False, description="First re-queue tool-calling runs never shadow-evaluated (recorded while it was off)"
+    )
+    backlog_since: datetime | None = Field(None, description="Re-queue only backlog runs created at or after this")
 
 
 @flow(name="shadow-evaluation")
@@ -28,6 +33,8 @@ def shadow_evaluation(params: ShadowEvaluationParams | None = None) -> DrainRepo
     """Claim → evaluate → append records → reconcile stats, batch after batch until the outbox is empty."""
     params = params or ShadowEvaluationParams()
     config = load_promotion_config(overrides=params.config_overrides)
+    if params.evaluate_backlog and not params.dry_run:
+        requeue_backlog(params.database_url, params.backlog_since)
     report = drain_outbox(
         params.database_url, config, params.batch_size, params.max_batches, params.embedder, params.dry_run
     )

@@ -12,9 +12,9 @@ from typing import Any, ParamSpec, TypeVar
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
 
 from skillflow.kernel.config import Settings
+from skillflow.kernel.errors import is_transient
 from skillflow.storage.engine import cached_engine
 from skillflow.storage.migrations import require_current
 
@@ -43,21 +43,6 @@ def flow_run_id() -> str | None:
         return str(value) if value else None
     except Exception:  # noqa: BLE001 - outside a flow run there is simply no id
         return None
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Network, rate-limit, timeout and lock errors are worth a retry; nothing else is."""
-    if isinstance(exc, OperationalError | TimeoutError | ConnectionError):
-        return True
-    if getattr(exc, "transient", False) is True:
-        return True
-    return type(exc).__name__ in {
-        "RateLimitError",
-        "APITimeoutError",
-        "APIConnectionError",
-        "InternalServerError",
-        "TransientLLMError",
-    }
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -45,6 +45,16 @@ def cycle_partition(
     )
 
 
+@stage()
+def record_partition_failure(
+    database_url: str | None, agent_id: str, user_id: str, dry_run: bool, reason: str
+) -> PromotionReport:
+    """Store the report of a partition whose cycle failed: which stage, which error class (never a message)."""
+    return cycle.record_partition_failure(
+        engine_for(database_url), agent_id, user_id, reason, dry_run=dry_run, flow_run_id=flow_run_id()
+    )
+
+
 @stage(delays=(2.0, 10.0, 30.0), retries=3)
 def distill_one_class(
     database_url: str | None, agent_id: str, user_id: str, canonical_hash: str, config: PromotionConfig, dry_run: bool

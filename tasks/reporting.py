@@ -24,6 +24,9 @@ def render_markdown(reports: list[PromotionReport]) -> str:
     for r in reports:
         head = f"## {r.agent_id} / {r.user_id} — {r.mode} {r.cycle}" + (" (dry run)" if r.dry_run else "")
         lines += [head, ""]
+        if r.partition_failed:
+            lines += [f"Partition FAILED: {r.partition_failed}", ""]
+            continue
         if r.partition_skipped:
             lines += [f"Partition skipped: {r.partition_skipped}", ""]
             continue

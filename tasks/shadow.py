@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -9,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from skillflow.injection.embeddings import get_embedder
 from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.lifecycle.shadow import DrainReport, drain_shadow_evaluations
+from skillflow.storage.outbox import requeue_unevaluated
 from tasks.common import engine_for, stage
 
 
@@ -26,6 +29,13 @@ def drain_outbox(
     return drain_shadow_evaluations(
         engine_for(database_url), config, model, None, batch_size, max_batches, dry_run=dry_run
     )
+
+
+@stage()
+def requeue_backlog(database_url: str | None, since: datetime | None) -> int:
+    """Re-queue tool-calling runs that were never shadow-evaluated (idempotent: one set-based UPDATE)."""
+    with engine_for(database_url).begin() as conn:
+        return requeue_unevaluated(conn, since)
 
 
 @task(cache_policy=NO_CACHE)

@@ -96,7 +96,11 @@ def sanitize(value: Any, depth: int = 0, _path: frozenset[int] = frozenset(), _b
         path = _path | {id(value)}
         try:
             if isinstance(value, Mapping):
-                return {safe_str(k, 200): sanitize(v, depth + 1, path, budget) for k, v in list(value.items())[:10_000]}
+                # Long keys become a prefix + a digest of the whole key (identity shares this normalisation).
+                return {
+                    canonical.normalize_key(safe_str(k, 100_000)): sanitize(v, depth + 1, path, budget)
+                    for k, v in list(value.items())[:10_000]
+                }
             return [sanitize(v, depth + 1, path, budget) for v in list(value)[:10_000]]
         except Exception:  # noqa: BLE001 - a broken container (items() raising) is stored as its type only
             return f"<unreadable {type(value).__name__}>"
@@ -117,7 +121,7 @@ def _step(raw: Any, index: int) -> Step:
     elif isinstance(raw, Mapping):
         tool = raw.get("tool")
         step = Step(
-            tool=raw.get("name") if tool is None or tool == "" else tool,
+            tool=raw.get("name") if tool is None or tool == "" else tool,  # type: ignore[arg-type]  # checked below
             arguments=raw.get("arguments", {}),
             result=raw.get("result"),
             error=raw.get("error"),
@@ -248,7 +252,11 @@ def write_run(
     config: PromotionConfig,
     evaluator: Evaluator | None = None,
 ) -> CaptureResult:
-    """Insert one normalized run (idempotent on ``run_id``) with identity, outcome, stamp and outbox flag."""
+    """Insert one normalized run (idempotent on ``run_id``) with identity, outcome, stamp and outbox flag.
+
+    The outbox flag does not depend on the agent's ``shadow_evaluation_enabled``: an agent started in
+    another working directory reads another (or no) config file, so the shadow-evaluation flow decides.
+    """
     assert run.run_id is not None and run.created_at is not None
     existing = conn.execute(
         select(
@@ -315,7 +323,8 @@ def write_run(
             outcome_source=resolution.source,
             learning_error=resolution.learning_error,
             promoted_skill_id=stamp,
-            shadow_pending=1 if (chash is not None and config.shadow_evaluation_enabled) else 0,
+            # Every tool-calling run enters the outbox: the shadow flow (not this process's config) decides.
+            shadow_pending=1 if chash is not None else 0,
             created_at=run.created_at,
             steps=[
                 {

@@ -4,8 +4,8 @@ Order (docs/design.md, Prompt assembly): system (the application's prompt + a st
 text never enters it) → history → ONE developer message holding reviewed developer-role skills (if any) → the final user
 message, whose context block starts with user-role skills, then recalled memories, then workflow
 context, then the request. When a skill is rendered, workflow items it covers are dropped (one
-representation per prompt); workflow items without provenance are always dropped. The caller's lists
-are never mutated.
+representation per prompt), and so are items without a canonical hash (they cannot be proven distinct);
+workflow items without any provenance are always dropped. The caller's lists are never mutated.
 """
 
 from __future__ import annotations
@@ -84,7 +84,11 @@ def workflow_id(item: Any) -> str | None:
 
 
 def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) -> tuple[list[Any], int]:
-    """Drop workflow items a rendered skill covers, and every item with no provenance (no id, no hash)."""
+    """Drop workflow items a rendered skill covers, and every item with no provenance (no id, no hash).
+
+    When any skill is rendered, an item without a canonical hash is dropped too, even with an id: without
+    its hash it cannot be proven distinct from the skills (missing provenance is never "distinct").
+    """
     skill_ids = {s.skill_id for s in skills}
     hashes = {s.canonical_hash for s in skills}
     sources = {w for s in skills for w in s.source_workflow_ids}
@@ -96,7 +100,8 @@ def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) ->
         covered = (
             _field(item, "promoted_skill_id") in skill_ids or (chash is not None and chash in hashes) or wid in sources
         )
-        if covered or (wid is None and chash is None):
+        unprovable = bool(skills) and chash is None
+        if covered or unprovable or (wid is None and chash is None):
             dropped += 1
         else:
             kept.append(item)

@@ -13,12 +13,13 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine, case, func, select
 
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
+from skillflow.kernel.errors import is_transient
 from skillflow.kernel.models import ClassStats, SkillStatus, new_id, utcnow
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
@@ -26,7 +27,14 @@ from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS, GateResult, e
 from skillflow.promotion.landing import ACTOR, ClassResult, Decision, record_rejection, store_skill
 from skillflow.promotion.ranking import by_score, score
 from skillflow.promotion.validation import ValidationResult
-from skillflow.storage.aggregate import aggregate_classes, class_samples, class_signature, cycle_count, mark_cycle
+from skillflow.storage.aggregate import (
+    aggregate_classes,
+    class_samples,
+    class_signature,
+    cycle_count,
+    mark_cycle,
+    runs_since_rejection,
+)
 from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
 from skillflow.storage.reports import report_id, write_report
 from skillflow.storage.schema import class_state, skill_activations, skillbox
@@ -65,6 +73,7 @@ class PromotionReport(BaseModel):
     flow_run_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     partition_skipped: str | None = None
+    partition_failed: str | None = None
     promoted: list[str] = Field(default_factory=list)
     would_promote: list[str] = Field(default_factory=list)
     rejected: list[tuple[str, list[str]]] = Field(default_factory=list)
@@ -78,6 +87,25 @@ class PromotionReport(BaseModel):
         for row in self.gates:
             if row.canonical_hash == canonical_hash:
                 row.decision, row.reason = decision, reason
+
+
+class PartitionFailed(RuntimeError):
+    """A partition's cycle stopped at ``stage`` on a non-transient error; the message names classes only."""
+
+    def __init__(self, agent_id: str, user_id: str, stage: str, exc: BaseException) -> None:
+        self.agent_id, self.user_id, self.stage = agent_id, user_id, stage
+        self.reason = f"{stage} failed: {type(exc).__name__}"
+        super().__init__(f"partition {agent_id}/{user_id}: {self.reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # survives pickling (Prefect persists task failures)
+        return (_partition_failed, (self.agent_id, self.user_id, self.stage, self.reason))
+
+
+def _partition_failed(agent_id: str, user_id: str, stage: str, reason: str) -> PartitionFailed:
+    err = PartitionFailed.__new__(PartitionFailed)
+    err.agent_id, err.user_id, err.stage, err.reason = agent_id, user_id, stage, reason
+    RuntimeError.__init__(err, f"partition {agent_id}/{user_id}: {reason}")
+    return err
 
 
 @dataclass(frozen=True)
@@ -146,7 +174,9 @@ def assess_classes(
         )
         live = set(conn.execute(live_q).scalars())
         waits: dict[str, int] = {}
+        fresh: dict[str, int] = {}
         if respect_backoff:
+            fresh = runs_since_rejection(conn, agent_id, user_id)
             rows = conn.execute(
                 select(class_state.c.canonical_hash, class_state.c.retry_after_cycle).where(
                     tenant_filter(class_state, agent_id, user_id), class_state.c.retry_after_cycle >= cycle
@@ -159,6 +189,14 @@ def assess_classes(
         backoff = None
         if gate.eligible and s.canonical_hash in waits:
             backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"
+        elif (
+            gate.eligible
+            and fresh.get(s.canonical_hash, config.rejection_requalify_runs) < config.rejection_requalify_runs
+        ):
+            n = fresh[s.canonical_hash]
+            backoff = (
+                f"rejected by a reviewer: {n} new runs < rejection_requalify_runs {config.rejection_requalify_runs}"
+            )
         out.append(Assessment(s, gate, score(s, config, now), backoff))
     return out
 
@@ -262,6 +300,36 @@ def review_flags(engine: Engine, agent_id: str, user_id: str) -> list[str]:
     ]
 
 
+def unhashed_flags(engine: Engine, agent_id: str, user_id: str) -> list[str]:
+    """Legacy rows without an identity are not aggregated: say so, with the exact backfill command."""
+    from skillflow.storage.aggregate import unhashed_runs
+
+    with engine.connect() as conn:
+        n = unhashed_runs(conn, agent_id, user_id)
+    if not n:
+        return []
+    return [f"{n} legacy run(s) have no canonical hash and are not aggregated: run {backfill_command(engine)}"]
+
+
+def backfill_command(engine: Engine) -> str:
+    """The exact command that hashes legacy rows of this database (password hidden)."""
+    return f"`skillflow backfill --db {engine.url.render_as_string(hide_password=True)}`"
+
+
+def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user_id: str) -> PromotionReport | None:
+    """The stored cycle report of this flow run in this partition, if the cycle already finished (else None)."""
+    from skillflow.storage.schema import reports
+
+    if not flow_run_id:
+        return None
+    rid = report_id("promotion", flow_run_id, "cycle", agent_id, user_id)
+    with engine.connect() as conn:
+        body = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar()
+    if not body or body.get("partition_skipped") == LEASE_HELD or body.get("partition_failed"):
+        return None
+    return PromotionReport.model_validate(body)
+
+
 def finish_partition(engine: Engine, report: PromotionReport, mark: bool) -> str | None:
     """Store the report and (for a real cycle) mark the partition's cycle, in one idempotent transaction."""
     if report.dry_run:
@@ -325,21 +393,48 @@ def process_class(
     flow_run_id: str | None,
     settings: Settings | None = None,
 ) -> ClassResult:
-    """Distill → validate → land one ranked class (shared by :func:`run_partition` and :func:`promote_class`)."""
-    evidence = gather_evidence(engine, stats, config)
-    outcome = distill_evidence(evidence, config, settings)
-    reasons = distill_rejection(outcome)
-    if reasons is None and outcome.skill_md:
-        validation = validate_draft(outcome.skill_md, evidence, config, settings)
-        if validation.ok:
-            if dry_run:
-                return ClassResult(stats.canonical_hash, "would promote", [])
-            return store_skill(engine, evidence, outcome, validation, config, actor=actor, flow_run_id=flow_run_id)
-        reasons = list(validation.reasons)
+    """Distill → validate → land one ranked class (shared by :func:`run_partition` and :func:`promote_class`).
+
+    A transient error (rate limit, timeout, 5xx, lost connection) propagates so the task retries. Any other
+    error (a provider 400/401, a ``RedactionError``, an unusable answer) is the class's own failure: it
+    becomes a recorded rejection ``<stage> failed: <ErrorClass>`` with the usual backoff (the error text
+    is never recorded: it may quote evidence), and the cycle goes on with the next class.
+    """
+    stage = "evidence"
+    ready: tuple[Evidence, DistillOutcome, ValidationResult] | None = None
+    reasons: list[str] | None = None
+    try:
+        evidence = gather_evidence(engine, stats, config)
+        stage = "distillation"
+        outcome = distill_evidence(evidence, config, settings)
+        reasons = distill_rejection(outcome)
+        if reasons is None and outcome.skill_md:
+            stage = "validation"
+            validation = validate_draft(outcome.skill_md, evidence, config, settings)
+            if validation.ok:
+                ready = (evidence, outcome, validation)
+            else:
+                reasons = list(validation.reasons)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        log.warning("class %s: %s failed: %s", stats.canonical_hash[:12], stage, type(exc).__name__)
+        reasons = [stage_failure(stage, exc)]
+    if ready is not None:
+        if dry_run:
+            return ClassResult(stats.canonical_hash, "would promote", [])
+        # Not a class failure: a store error (the database) fails the partition, which a retry re-runs.
+        return store_skill(engine, *ready, config, actor=actor, flow_run_id=flow_run_id)
     reasons = reasons or [INSUFFICIENT]
     if dry_run:
         return ClassResult(stats.canonical_hash, "rejected", reasons)
     return record_rejection(engine, stats, cycle, reasons, config)
+
+
+def stage_failure(stage: str, exc: BaseException) -> str:
+    """The stable rejection reason of a failed stage: its name and the error class(es), never a message."""
+    cause = exc.__cause__
+    return f"{stage} failed: {type(exc).__name__}" + (f" ({type(cause).__name__})" if cause is not None else "")
 
 
 def run_partition(
@@ -360,6 +455,12 @@ def run_partition(
     from skillflow.storage.leases import acquire, release
 
     now = now or utcnow()
+    done = finished_report(engine, flow_run_id, agent_id, user_id) if not dry_run else None
+    if done is not None:  # a retry of a flow run whose cycle already finished here (e.g. killed after the mark)
+        from skillflow.storage.leases import release as release_lease
+
+        release_lease(engine, lease_name(agent_id, user_id), flow_run_id or "")  # the crashed attempt's lease
+        return done
     plan = plan_partition(engine, agent_id, user_id, config, force)
     report = PromotionReport(
         agent_id=agent_id, user_id=user_id, cycle=plan.cycle, dry_run=dry_run, flow_run_id=flow_run_id
@@ -372,15 +473,19 @@ def run_partition(
         report.partition_skipped = LEASE_HELD
         finish_partition(engine, report, mark=False)
         return report
+    stage = "sweep"
     try:
         swept = sweep(engine, agent_id, user_id, actor=actor, flow_run_id=flow_run_id, dry_run=dry_run)
         report.deprecated = list(swept.deprecated)
         if swept.note:
             report.review_flags.append(swept.note)
+        stage = "aggregation"
         assessments = assess_classes(engine, agent_id, user_id, config, now, plan.cycle)
         apply_assessments(report, assessments, now)
+        report.review_flags.extend(unhashed_flags(engine, agent_id, user_id))
         chosen, below = choose(assessments, config, now)
         apply_ranking(report, below)
+        stage = "classes"
         for stats in chosen:
             result = process_class(
                 engine,
@@ -393,8 +498,13 @@ def run_partition(
                 settings=settings,
             )
             apply_result(report, result)
+        stage = "report"
         report.review_flags.extend(review_flags(engine, agent_id, user_id))
         finish_partition(engine, report, mark=True)
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # the task retries the whole (idempotent) partition
+        raise PartitionFailed(agent_id, user_id, stage, exc) from exc
     finally:
         if not dry_run:
             release(engine, lease_name(agent_id, user_id), holder)
@@ -407,6 +517,38 @@ def run_partition(
         len(report.rejected),
         len(report.skipped),
     )
+    return report
+
+
+def failure_reason(error: object) -> str:
+    """Why a partition failed: ``<stage> failed: <ErrorClass>`` (a transient error past its retries has no stage)."""
+    if isinstance(error, PartitionFailed):
+        return error.reason
+    return f"failed: {type(error).__name__}"
+
+
+def record_partition_failure(
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    reason: str,
+    *,
+    dry_run: bool = False,
+    flow_run_id: str | None = None,
+) -> PromotionReport:
+    """The stored report of a partition whose cycle failed: stage and error class, no cycle mark."""
+    with engine.connect() as conn:
+        cycle = cycle_count(conn, agent_id, user_id) + 1
+    report = PromotionReport(
+        agent_id=agent_id,
+        user_id=user_id,
+        cycle=cycle,
+        dry_run=dry_run,
+        flow_run_id=flow_run_id,
+        partition_failed=reason,
+    )
+    log.error("cycle %d %s/%s failed: %s", cycle, agent_id, user_id, reason)
+    finish_partition(engine, report, mark=False)
     return report
 
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]+\s*(?:@|\[at\]|\(at\))\s*[A-Za-z0-9-]+(?:\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z0-9-]+)*\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z]{2,}")
+EMAIL = re.compile(
+    r"[A-Za-z0-9._%+-]+\s*(?:@|\[at\]|\(at\))\s*[A-Za-z0-9-]+(?:\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z0-9-]+)*\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z]{2,}"
+)
 URL = re.compile(r"(?i)\b(?:https?|ftp|file|data|javascript)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+")
 _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local|gov|edu|us|uk|de|ru|cn|fr|tk|ly"
 DOMAIN = re.compile(rf"(?i)\b(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")
@@ -31,7 +33,7 @@ DATE = re.compile(
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b\.?(?:,?\s+\d{{4}}\b)?"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\s*(?:[ap]\.?m\.?\b)?"
 )
-CARD_LIKE = re.compile(r"(?<!\d)\d(?:[ -]?\d){11,18}(?!\d)")
+CARD_LIKE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
 IBAN_LIKE = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 NUMBER = re.compile(r"[-+]?(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?!\w|\.\d)|(?<![\w.])\.\d+(?!\w)")
 ID_TOKEN = re.compile(r"(?<![\w<])(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*[A-Za-z0-9](?![\w>])")
@@ -42,20 +44,23 @@ _CRED_WORDS = (
     r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pin|token|api[\s_-]?key|secret|otp"
     r"|cvv|cvc|ssn|security\s+code|verification\s+code|credentials?"
 )
-_CRED_VALUE = r"(?P<value>[\"“'‘][^\"“”'‘’\n]{1,64}[\"”'’]|[^\s,;!?\"'<>()`]+(?<![.:]))"
+_CRED_VALUE = r"(?P<value>[\"“'‘][^\"“”'‘’\n]{1,64}[\"”'’]|[^\s\"'<>`“”‘’]+)"
 # Queries: "username admin, password hunter2" (no connector needed). Skills: only "password is x" / "pin: x".
 CREDENTIAL = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was|=|:|of|to)\b|\s*[=:])?\s*{_CRED_VALUE}")
 CREDENTIAL_STRICT = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was)\b|\s*[=:])\s*{_CRED_VALUE}")
 PLACEHOLDER = re.compile(r"<[a-z][a-z ]*>")
 # Upper-case words that are prose, not codes ("When NOT to apply").
-CODE_ALLOW = frozenset(
-    "I OK USA FAQ ASAP PIN NOT AND THE ONLY NEVER ALWAYS MUST DO API JSON URL HTTP ID IDS YAML SKILL NOTE NONE "
-    "UTC ISO SQL CLI LLM PDF CSV TODO".split()
+_CODE_ALLOW_TEXT = (
+    "I OK USA FAQ ASAP PIN NOT AND THE ONLY NEVER ALWAYS MUST DO API JSON URL HTTP ID IDS YAML SKILL "
+    "NOTE NONE UTC ISO SQL CLI LLM PDF CSV TODO "
 )
-PLAIN_VALUES = frozenset(
-    "a an the my your his her their our this that it is was be same new old current one it's its none null "
-    "value values here there above below provided given known from for with and or of to in on at by".split()
+CODE_ALLOW = frozenset(_CODE_ALLOW_TEXT.split())
+_PLAIN_VALUES_TEXT = (
+    "a an the my your his her their our this that it is was be same new old current one it's its none "
+    "null value values here there above below provided given known from for with and or of to in on at "
+    "by "
 )
+PLAIN_VALUES = frozenset(_PLAIN_VALUES_TEXT.split())
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,8 @@ def _secret_plugins() -> tuple[Any, ...]:
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     skip = {"Base64 High Entropy String", "Hex High Entropy String"}
-    return tuple(cls() for name, cls in get_mapping_from_secret_type_to_class().items() if name not in skip)
+    mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
+    return tuple(cls() for name, cls in mapping.items() if name not in skip)
 
 
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
@@ -127,7 +133,12 @@ def _raw_findings(text: str, strict: bool) -> list[Finding]:
     add("url", (strip_tail(m) for m in DOMAIN.finditer(text)))
     add("secret", _secret_spans(text))
     credential = CREDENTIAL_STRICT if strict else CREDENTIAL
-    add("secret", (m.span("value") for m in credential.finditer(text) if not _plain_value(m.group("value"))))
+    add(
+        "secret",
+        (_trim(text, *m.span("value")) for m in credential.finditer(text) if not _plain_value(m.group("value"))),
+    )
+    if not strict:  # a quoted single token in run text is a value ("JohnDoe", 'Tr0ub4dor&3')
+        add("string", (m.span(1) for m in QUOTED.finditer(text) if _quoted_value(m.group(1))))
     add("card", (m.span() for m in CARD_LIKE.finditer(text) if _card_kind(re.sub(r"\D", "", m.group(0)))))
     add("account", (m.span() for m in IBAN_LIKE.finditer(text) if iban.is_valid(m.group(0))))
     add("date", (m.span() for m in DATE.finditer(text)))
@@ -139,9 +150,18 @@ def _raw_findings(text: str, strict: bool) -> list[Finding]:
     return out
 
 
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    """An unquoted value without the sentence punctuation that follows it ("is hunter2." → "hunter2")."""
+    if text[start : start + 1] in "\"“'‘":
+        return start, end
+    while end > start and text[end - 1] in ".,;:!?)]}":
+        end -= 1
+    return start, end
+
+
 def _plain_value(value: str) -> bool:
-    inner = value.strip("\"“”'‘’").strip()
-    return not inner or inner.casefold() in PLAIN_VALUES or bool(PLACEHOLDER.fullmatch(inner))
+    inner = value.strip("\"“”'‘’").strip().rstrip(".,;:!?)]}")
+    return not inner or inner in PLAIN_VALUES or bool(PLACEHOLDER.fullmatch(inner))
 
 
 def findings(text: str, strict: bool = False) -> list[Finding]:
@@ -168,15 +188,18 @@ def scrub(text: str) -> str:
     return "".join(out)
 
 
+def _quoted_value(inner: str) -> bool:
+    inner = inner.strip()
+    return bool(inner) and " " not in inner and not _plain_value(inner) and not re.fullmatch(r"[a-z_-]+", inner)
+
+
 def quoted_literals(text: str, allowed: Iterable[str] = ()) -> list[str]:
     """Quoted single tokens that are not a placeholder, an allowed (structural) name or a plain value."""
     names = {a.casefold() for a in allowed}
     found = []
     for m in QUOTED.finditer(text):
         inner = m.group(1).strip()
-        if " " in inner or _plain_value(inner) or inner.casefold() in names:
-            continue
-        if not re.fullmatch(r"[a-z_-]+", inner):
+        if _quoted_value(inner) and inner.casefold() not in names:
             found.append(inner)
     return found
 
@@ -190,7 +213,7 @@ def literal_findings(text: str, allowed: Iterable[str] = ()) -> list[Finding]:
     for f in findings(masked, strict=True):
         if f.text.strip("`").casefold() in names:
             continue
-        if f.kind == "number" and sum(ch.isdigit() for ch in f.text) <= 2:
+        if f.kind == "number" and (sum(ch.isdigit() for ch in f.text) <= 2 or re.fullmatch(r"[01]?\.\d{1,2}", f.text)):
             continue
         out.append(f)
     out.extend(Finding("quoted", 0, 0, q) for q in quoted_literals(masked, names))

@@ -16,7 +16,7 @@ from skillflow.kernel import canonical
 from skillflow.kernel.models import EvidenceRun
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.judge import failure_error_classes
-from skillflow.promotion.redact import redact_query, shape_of, source_literals, structure_of
+from skillflow.promotion.redact import redact_text, shape_of, source_literals, structure_of
 from skillflow.promotion.skillmd import SkillMdError, render_skill_md, slugify
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _user_supplied(runs: list[EvidenceRun], tool: str, key: str) -> bool:
 
 
 def _example_request(run: EvidenceRun, literals: set[str]) -> str:
-    text = " ".join(redact_query(run.query, literals).split())
+    text = " ".join(redact_text(run.query, literals).split())
     text = _CAPITALIZED.sub("<name>", text)
     return text if len(text) <= 160 else text[:157] + "..."
 
@@ -183,7 +183,7 @@ class OfflineDistiller:
                     preconditions.append(f"a {shape} for `{key}` is known from the conversation or an earlier result")
         if not preconditions:
             return insufficient("no checkable precondition can be stated")
-        words = _intent_words([redact_query(r.query, literals) for r in evidence.successes], tools, literals)
+        words = _intent_words([redact_text(r.query, literals) for r in evidence.successes], tools, literals)
         name = slugify("-".join(words))
         phrase = _phrase(words, tools)
         description = (
@@ -243,7 +243,7 @@ class OfflineDistiller:
                 "outcome: confirm every precondition and the user's explicit consent before the final step."
             )
         if evidence.previous_demotion_reason:
-            reason = redact_query(evidence.previous_demotion_reason, literals, patterns=False)
+            reason = redact_text(evidence.previous_demotion_reason, literals, patterns=False)
             failures.append(
                 f"- History: version {evidence.version - 1} was demoted ({reason}); verify the outcome after "
                 "the final step."

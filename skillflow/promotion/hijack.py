@@ -25,7 +25,7 @@ ROLE = re.compile(
     r"(?i)\byou\s+are\s+(?:now|no\s+longer|actually|really)\b|\bact\s+as\s+(?:a|an|the|if)\b"
     r"|\bpretend\s+(?:to\s+be|you)\b|\brole\s*-?\s*play\b|\bfrom\s+now\s+on\b"
     r"|\byour\s+(?:new|real|true|actual)\s+(?:role|purpose|task|goal|identity|job)\b|\bdeveloper\s+mode\b"
-    r"|\bjail\s*break\b|\bDAN\b|\bswitch\s+(?:to|into)\s+\w+\s+mode\b|\bsystem\s+prompt\b|\byou\s+must\s+obey\b"
+    r"|\bjail\s*break\b|\bswitch\s+(?:to|into)\s+\w+\s+mode\b|\bsystem\s+prompt\b|\byou\s+must\s+obey\b"
 )
 ADDRESSED = re.compile(
     r"(?im)^\s*(?:#+\s*)?(?:system|assistant|developer|admin|administrator)\s*:"
@@ -54,7 +54,7 @@ BULK = re.compile(
     r"|context|data|details|information|credentials|passwords?|tokens?|keys|messages|money|funds|balance)\b"
 )
 CALL_NAME = re.compile(
-    r"(?i)\b(?:call|invoke|run|execute|trigger|use)\s+(?:the\s+)?(?:tool\s+|function\s+)?`?"
+    r"\b(?i:call|invoke|run|execute|trigger|use)\s+(?i:the\s+)?(?i:tool\s+|function\s+)?`?"
     r"(?P<name>[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]+)`?"
 )
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")

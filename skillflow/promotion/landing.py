@@ -42,16 +42,26 @@ class ClassResult:
 
 
 def trigger_queries(conn: Connection, evidence: Evidence, config: PromotionConfig) -> list[str]:
-    """Up to ``max_trigger_queries`` distinct recent successful queries of the class, literals redacted."""
-    from skillflow.promotion.redact import redact_query, source_literals
+    """Up to ``max_trigger_queries`` distinct recent successful queries of the class, literals redacted.
+
+    Trigger queries are stored, embedded and shown to reviewers, so they pass the same rules as the skill
+    (docs/SECURITY.md): redacted, and a query that still holds a literal or reads as an instruction to the
+    model is left out rather than stored.
+    """
+    from skillflow.promotion.detectors import literal_findings
+    from skillflow.promotion.hijack import hijack_findings
+    from skillflow.promotion.redact import redact_query, source_literals, structural_names
 
     s = evidence.stats
     recent, _ = class_samples(conn, s.agent_id, s.user_id, s.canonical_hash, s.since, config.max_trigger_queries * 4, 0)
     pool = Evidence(s, evidence.signature, [*evidence.successes, *recent], evidence.failures, evidence.toolbox)
     literals = source_literals(pool)
+    names = structural_names(pool)
     out: dict[str, str] = {}
     for run in pool.successes:
         redacted = redact_query(run.query, literals)
+        if literal_findings(redacted, names) or hijack_findings(redacted):
+            continue
         key = canonical.normalize_query(redacted)
         if key and key not in out:
             out[key] = redacted

@@ -1,6 +1,7 @@
 """LLM distiller and judge on the official OpenAI and Anthropic SDKs (any OpenAI-compatible ``base_url``).
 
-Only ``redacted_evidence`` is ever sent. SDK retries are off (``max_retries=0``); we retry 408/409/429,
+Only ``redacted_evidence`` (and, for the judge, a skill that passed every machine check) is ever sent;
+an error is logged by its type only. SDK retries are off (``max_retries=0``); we retry 408/409/429,
 5xx, timeouts and connection errors ourselves with exponential backoff (honouring ``Retry-After``), then
 raise ``TransientLLMError`` so the calling Prefect task can retry the stage. Any other provider error
 raises ``LLMError``. Prompts are versioned files in ``skillflow/prompts``; the version is stamped.
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from skillflow.kernel.config import Settings
 
 log = logging.getLogger(__name__)
-DISTILL_PROMPT = "distill_v1"
-JUDGE_PROMPT = "judge_v1"
+DISTILL_PROMPT = "distill_v2"
+JUDGE_PROMPT = "judge_v2"
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*)\n```$", re.DOTALL)
 T = TypeVar("T")

@@ -29,7 +29,7 @@ MAX_SHAPE_KEYS = 24
 MAX_KEY_WORDS = 3
 MAX_KEY_CHARS = 32
 MAX_ERROR_CLASS_WORDS = 4
-WITHHELD = "<query withheld: instruction-like text>"
+WITHHELD = "<withheld query>"
 
 _STOP_WORDS_TEXT = (
     "true false none null nil yes no ok okay n/a na unknown default empty other all any both each every "
@@ -39,26 +39,29 @@ _STOP_WORDS_TEXT = (
     "without user users agent assistant customer please thanks thank hello help want need like just also "
     "only very more most less some such same than then them they their your yours mine ours ourselves "
     "itself one two three four five six seven eight nine ten first second third last next new old "
+    # The offline skill template's own prose: a run value equal to one of these words is not a copy.
+    "system policy request result results procedure facts current intent intents partial match known "
+    "conversation earlier outcome confirm precondition arguments different "
 )
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
-_CREDENTIAL_WORDS = frozenset(
-    "username login password passwd passcode passphrase pwd pin token secret otp cvv cvc ssn credential credentials "
-    "apikey".split()
+_CREDENTIAL_WORDS_TEXT = (
+    "username login password passwd passcode passphrase pwd pin token secret otp cvv cvc ssn credential "
+    "credentials apikey "
 )
+_CREDENTIAL_WORDS = frozenset(_CREDENTIAL_WORDS_TEXT.split())
 _PLAIN_WORD = re.compile(r"[a-z]+")
 _KEY_WORDS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _PLACEHOLDER = re.compile(r"<[a-z ]+>")
 _CAPITALIZED = re.compile(r"\b[A-Z][a-z]+(?:[ \t]+[A-Z][a-z]+)*\b")
 # Capitalized words that are not names (sentence openers, pronouns, calendar words).
-_NOT_NAMES = frozenset(
-    (
-        "i i'm i'd i'll i've hi hello hey dear please thanks thank can could would will may might should my "
-        "our the a an this that these those what when where which who why how is are was were do does did "
-        "yes no ok okay also and but or so if then there here it its we you your they he she his her them me "
-        "us sir madam monday tuesday wednesday thursday friday saturday sunday january february march april "
-        "june july august september october november december "
-    ).split()
+_NOT_NAMES_TEXT = (
+    "i i'm i'd i'll i've hi hello hey dear please thanks thank can could would will may might should my "
+    "our the a an this that these those what when where which who why how is are was were do does did "
+    "yes no ok okay also and but or so if then there here it its we you your they he she his her them me "
+    "us sir madam monday tuesday wednesday thursday friday saturday sunday january february march april "
+    "june july august september october november december "
 )
+_NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
 
 
 class RedactionError(RuntimeError):
@@ -272,7 +275,7 @@ def source_literals(evidence: Evidence) -> set[str]:
                 if text is not None:
                     found.add(text)
         found.update(query_literals(run.query or ""))
-    return {lit for lit in found if lit.casefold() not in structural}
+    return {lit for lit in found if lit.casefold() not in structural and lit.casefold() not in STOP_WORDS}
 
 
 def _literal_pattern(literals: Iterable[str]) -> re.Pattern[str] | None:

@@ -1,9 +1,12 @@
 """The validation gate: every machine check of docs/design.md, Promotion, then a fail-closed judge.
 
 Check names (``ValidationResult.checks`` keys) and reason strings are stable; reasons never quote a
-source value. The judge only runs when every machine check passed, so a leaking or malformed skill is
-never sent to an LLM judge. ``TransientLLMError`` from an LLM judge propagates (the task retries it);
-any other judge error rejects.
+source value. Beyond the source-literal leak check, ``no_literal`` refuses ANY literal (email, URL, phone,
+card, date, id, secret, number of three or more digits, quoted credential) wherever it came from, and
+``no_injection`` refuses a skill that tells the agent to contact an outside party, call a tool outside the
+class's sequence, ignore its instructions or change its role (docs/SECURITY.md). The judge only runs when
+every machine check passed, so a leaking or malformed skill is never sent to an LLM judge.
+``TransientLLMError`` from an LLM judge propagates (the task retries it); any other judge error rejects.
 """
 
 from __future__ import annotations
@@ -11,9 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from skillflow.promotion.detectors import literal_findings
 from skillflow.promotion.evidence import Evidence
+from skillflow.promotion.hijack import hijack_findings
 from skillflow.promotion.judge import Judge
-from skillflow.promotion.redact import find_literals, shape_of, source_literals
+from skillflow.promotion.redact import find_literals, shape_of, source_literals, structural_names
 from skillflow.promotion.skillmd import ParsedSkill, SkillMdError, parse_skill_md, tool_mentions
 
 TOOL_DUMP_RATIO = 0.5
@@ -31,8 +36,12 @@ CHECKS = (
     "no_undeclared_tools",
     "description_intent",
     "no_literal_leak",
+    "no_literal",
+    "no_injection",
     "judge",
 )
+# Metadata the pipeline itself stamps (distill.provenance); every other field is model-written text.
+PROVENANCE_KEYS = frozenset({"source", "version", "canonical-hash", "distiller", "prompt-version"})
 
 
 @dataclass(frozen=True)
@@ -118,7 +127,35 @@ def _machine_checks(
     leaked = find_literals(skill_md, source_literals(evidence))
     kinds = ", ".join(sorted({shape_of(v) for v in leaked}))
     check("no_literal_leak", not leaked, f"leaked {len(leaked)} literal value(s) from source runs ({kinds})")
+    text = skill_text(parsed)
+    found = literal_findings(text, structural_names(evidence))
+    found_kinds = ", ".join(sorted({f.kind for f in found}))
+    check("no_literal", not found, f"contains {len(found)} literal(s) ({found_kinds}); only shapes are allowed")
+    sequence = class_tools(evidence)
+    outside = sorted(set(parsed.allowed_tools) - sequence)
+    hijack = hijack_findings(text, sequence) + (["outside-tool"] if outside else [])
+    check("no_injection", not hijack, f"instruction hijack ({', '.join(sorted(set(hijack)))})")
     return checks, reasons, parsed
+
+
+def class_tools(evidence: Evidence) -> set[str]:
+    """The tools the class's runs call (signature units and every sampled step, no-op tools included)."""
+    tools = {str(u.get("tool", "")) for u in evidence.signature}
+    for run in (*evidence.successes, *evidence.failures):
+        tools.update(str(step.get("tool", "")) for step in run.steps)
+    return {t for t in tools if t}
+
+
+def skill_text(parsed: ParsedSkill) -> str:
+    """Every model-written field of a skill, one per line: name, description, license, compatibility,
+    metadata keys and values (preconditions included; the stamped provenance excluded) and the body."""
+    meta = [
+        v if re.fullmatch(r"precondition-\d+", k) else f"{k}: {v}"
+        for k, v in parsed.metadata.items()
+        if k not in PROVENANCE_KEYS
+    ]
+    fields = [parsed.name, parsed.description, parsed.license or "", parsed.compatibility or "", *meta, parsed.body]
+    return "\n".join(f for f in fields if f)
 
 
 def validate_skill(skill_md: str, evidence: Evidence, judge: Judge, max_chars: int) -> ValidationResult:

@@ -264,3 +264,68 @@ def mark_cycle(
         except IntegrityError:  # a concurrent first cycle inserted the row: apply ours on top
             conn.execute(update(partition_state).where(key).values(**values))
     return cycle_count(conn, agent_id, user_id)
+
+
+def unhashed_runs(conn: Connection, agent_id: str, user_id: str, limit: int = 1000) -> int:
+    """Legacy rows of the partition that have tool calls but no canonical hash (aggregation skips them).
+
+    Capture hashes every run at write time and always sets ``query_fingerprint``; a row with neither was
+    written by something else (an upstream store). Up to ``limit`` such rows are read and counted when
+    their steps do yield an identity, so a legacy row without tool calls is not reported.
+    """
+    rows = conn.execute(
+        select(wm.c.steps)
+        .where(
+            wm.c.agent_id == agent_id,
+            wm.c.user_id == user_id,
+            wm.c.canonical_hash.is_(None),
+            wm.c.query_fingerprint.is_(None),
+        )
+        .limit(limit)
+    ).scalars()
+    n = 0
+    for steps in rows:
+        try:
+            units = canonical.signature(canonical.steps_from_document({"steps": steps if steps is not None else []}))
+        except ValueError:
+            continue
+        n += 1 if units else 0
+    return n
+
+
+def runs_since_rejection(conn: Connection, agent_id: str, user_id: str) -> dict[str, int]:
+    """Per class whose newest version a reviewer rejected: runs of the class recorded after that rejection.
+
+    The rejection time is the newest ``skill_events`` row into ``rejected`` of the class's skills; only
+    classes whose newest skill is REJECTED count (a later version supersedes the rejection).
+    """
+    from skillflow.storage.schema import skill_events
+
+    newest = (
+        select(skillbox.c.canonical_hash.label("h"), func.max(skillbox.c.version).label("v"))
+        .where(skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id)
+        .group_by(skillbox.c.canonical_hash)
+        .subquery("newest")
+    )
+    rejected = conn.execute(
+        select(skillbox.c.canonical_hash, func.max(skill_events.c.created_at))
+        .select_from(
+            skillbox.join(skill_events, skill_events.c.skill_id == skillbox.c.id).join(
+                newest, and_(newest.c.h == skillbox.c.canonical_hash, newest.c.v == skillbox.c.version)
+            )
+        )
+        .where(
+            skillbox.c.agent_id == agent_id,
+            skillbox.c.user_id == user_id,
+            skillbox.c.status == SkillStatus.REJECTED.value,
+            skill_events.c.to_status == SkillStatus.REJECTED.value,
+        )
+        .group_by(skillbox.c.canonical_hash)
+    ).all()
+    out: dict[str, int] = {}
+    for chash, at in rejected:
+        q = select(func.count()).where(
+            wm.c.agent_id == agent_id, wm.c.user_id == user_id, wm.c.canonical_hash == chash, wm.c.created_at > at
+        )
+        out[chash] = int(conn.execute(q).scalar() or 0)
+    return out

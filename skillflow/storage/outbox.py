@@ -150,6 +150,24 @@ def write_evaluations(conn: Connection, evaluations: dict[str, list[dict[str, An
     conn.execute(stmt, [{"b_id": rid, "b_evals": evals} for rid, evals in evaluations.items()])
 
 
+def requeue_unevaluated(conn: Connection, since: datetime | None = None) -> int:
+    """Put tool-calling runs that never went through shadow evaluation back into the outbox (the backlog).
+
+    Runs recorded while capture still read the agent's own ``shadow_evaluation_enabled`` (or cleared by a
+    drain while evaluation was off) have ``shadow_pending = 0`` and no ``shadow_evaluations``; this set-based
+    update re-queues them (optionally only those created at or after ``since``). Returns the count.
+    """
+    cond = (
+        (workflow_memory.c.shadow_pending == 0)
+        & workflow_memory.c.canonical_hash.is_not(None)
+        & workflow_memory.c.shadow_evaluations.is_(None)
+    )
+    if since is not None:
+        cond = cond & (workflow_memory.c.created_at >= since)
+    result = conn.execute(update(workflow_memory).where(cond).values(shadow_pending=1, shadow_claimed_at=None))
+    return int(result.rowcount or 0)
+
+
 def pending_count(conn: Connection) -> int:
     from sqlalchemy import func
 

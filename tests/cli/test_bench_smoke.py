@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
@@ -33,6 +34,7 @@ def test_generate_fills_the_requested_shape(tmp_path: Path) -> None:
     engine.dispose()
 
 
+@pytest.mark.prefect  # the bench times a real promotion-cycle flow run
 def test_cycle_bench_structure(tmp_path: Path) -> None:
     result = cycle.run([300, 900], tenants=3, classes=4, repeats=1, workdir=tmp_path).as_dict()
     assert [s["rows"] for s in result["sizes"]] == [300, 900]

@@ -18,6 +18,9 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield api_url
 
 
+pytestmark = pytest.mark.prefect
+
+
 def test_every_flow_is_present() -> None:
     assert [stem for stem, _ in available_flows()] == list(FLOW_STEMS)
 

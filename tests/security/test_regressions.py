@@ -58,7 +58,9 @@ def test_api_bank_style_trigger_queries_carry_no_credential(sqlite_engine: Engin
             f'My username is "{user}" and my password is "{pw}". What is my balance?',
             f"Check my balance, username {user}, password {pw}",
         ][i % 2]
-        stored = sf.record_run(query, "shared", steps, run_id=f"ab-{i}", created_at=utcnow() - timedelta(minutes=30 - i))
+        stored = sf.record_run(
+            query, "shared", steps, run_id=f"ab-{i}", created_at=utcnow() - timedelta(minutes=30 - i)
+        )
         assert stored.stored, stored.error
     report = run_partition(sqlite_engine, "api-bank", "shared", config())
     assert report.promoted, report.rejected
@@ -146,5 +148,5 @@ def test_long_argument_keys_that_differ_late_do_not_collide(sqlite_engine: Engin
     b = sf.record_run("q", "u", [{"tool": "t", "arguments": {base + "b": 1}}], run_id="b", strict=True)
     assert a.canonical_hash != b.canonical_hash
     with sqlite_engine.connect() as conn:
-        keys = [next(iter(s[0]["arguments"])) for s in conn.execute(select(workflow_memory.c.steps))]
+        keys = [next(iter(s[0][0]["arguments"])) for s in conn.execute(select(workflow_memory.c.steps))]
     assert len(set(keys)) == 2 and all(len(k) <= 200 for k in keys)

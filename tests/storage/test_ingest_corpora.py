@@ -71,7 +71,8 @@ def test_api_bank_ingest(engine: Engine, corpora_dir: Path) -> None:
     assert hashed == 85
 
 
-def test_ingest_command(db_url: str, corpora_dir: Path) -> None:
+def test_ingest_command(engine: Engine, corpora_dir: Path) -> None:
+    db_url = engine.url.render_as_string(hide_password=False)  # ingest never migrates: the fixture did
     args = ["ingest", "toolbench", str(corpora_dir / "toolbench"), "--db", db_url, "--json"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -11,7 +11,14 @@ from sqlalchemy import Engine, select
 from skillflow.injection import retrieval
 from skillflow.promotion import cycle as promotion
 from skillflow.promotion import landing as store
-from skillflow.promotion.cycle import LEASE_HELD, gather_evidence, run_partition, store_skill, validate_draft
+from skillflow.promotion.cycle import (
+    LEASE_HELD,
+    PartitionFailed,
+    gather_evidence,
+    run_partition,
+    store_skill,
+    validate_draft,
+)
 from skillflow.promotion.gates import COVERED
 from skillflow.storage.schema import leases, reports, skill_events, skillbox, workflow_memory
 from skillflow.storage.skills import list_skills
@@ -104,7 +111,7 @@ def test_crash_inside_store_leaves_nothing_then_rerun_converges(
         raise Boom("killed mid-store")
 
     monkeypatch.setattr(retrieval, "write_skill_vectors", explode)
-    with pytest.raises(Boom):
+    with pytest.raises(PartitionFailed, match="failed: Boom"):
         run_partition(engine, AGENT, "u1", sf.config, flow_run_id="crash-1")
     after = counts(engine)
     assert after == before  # no skill, no event, no stamp, no report, no cycle mark, lease released
@@ -126,7 +133,7 @@ def test_crash_after_commit_then_rerun_reports_the_truth(engine: Engine, monkeyp
         raise Boom("killed before the report")
 
     monkeypatch.setattr(promotion, "finish_partition", explode)
-    with pytest.raises(Boom):
+    with pytest.raises(PartitionFailed, match="failed: Boom"):
         run_partition(engine, AGENT, "u1", sf.config, flow_run_id="crash-2")
     monkeypatch.undo()
     monkeypatch.setenv("SKILLFLOW_EMBEDDER", "hashing")

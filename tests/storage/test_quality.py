@@ -233,6 +233,7 @@ def test_run_and_store_writes_self_contained_html_and_summary(
     assert stored.html_path == report.html_path
 
 
+@pytest.mark.prefect
 def test_flow_publishes_artifacts_and_fails_only_on_blocking(
     sqlite_engine: Engine, tmp_path: Path, prefect_harness: None
 ) -> None:

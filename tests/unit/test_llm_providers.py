@@ -87,9 +87,9 @@ def test_openai_distiller_well_formed(server: FakeLLMServer) -> None:
     server.script(Reply("```markdown\n" + SKILL.replace('distiller: "offline"', 'distiller: "me"') + "\n```"))
     outcome = LLMDistiller(openai(server)).distill(EVIDENCE, 4000)
     assert not outcome.insufficient and outcome.skill_md is not None
-    assert (outcome.distiller, outcome.prompt_version) == ("openai:test-model", "distill-v1")
+    assert (outcome.distiller, outcome.prompt_version) == ("openai:test-model", "distill-v2")
     meta = parse_skill_md(outcome.skill_md).metadata
-    assert meta["distiller"] == "openai:test-model" and meta["prompt-version"] == "distill-v1"
+    assert meta["distiller"] == "openai:test-model" and meta["prompt-version"] == "distill-v2"
     assert meta["version"] == "2" and meta["source"] == "learned"
     assert validate_skill(outcome.skill_md, EVIDENCE, OfflineJudge(), 4000).ok
     [req] = server.received
@@ -97,7 +97,7 @@ def test_openai_distiller_well_formed(server: FakeLLMServer) -> None:
     assert req.headers["authorization"] == "Bearer sk-test"
     assert req.body["model"] == "test-model" and req.body["temperature"] == 0
     system, user = req.body["messages"]
-    assert system == {"role": "system", "content": load_prompt("distill_v1")}
+    assert system == {"role": "system", "content": load_prompt("distill_v2")}
     sent = json.loads(user["content"])
     assert sent["max_chars"] == 4000
     assert sent["evidence"]["previous_demotion_reason"] == "drift: rolling 0.40 vs baseline 0.90"
@@ -118,7 +118,7 @@ def test_anthropic_distiller_well_formed(server: FakeLLMServer) -> None:
     assert req.path == "/v1/messages"
     # Depending on the SDK version the key travels as x-api-key or as a bearer token.
     assert "sk-test" in (req.headers.get("x-api-key"), req.headers.get("authorization", "").removeprefix("Bearer "))
-    assert req.body["model"] == "test-model" and req.body["system"] == load_prompt("distill_v1")
+    assert req.body["model"] == "test-model" and req.body["system"] == load_prompt("distill_v2")
     assert req.body["messages"][0]["role"] == "user" and req.body["max_tokens"] == 4096
     assert_no_source_values(req)
 
@@ -194,9 +194,9 @@ def test_judge_well_formed_and_malformed(server: FakeLLMServer, make: object) ->
     assert sent["skill_md"] == SKILL and "successes" in sent["evidence"] and "failures" in sent["evidence"]
     if first.path.endswith("/chat/completions"):
         assert first.body["response_format"] == {"type": "json_object"}
-        assert first.body["messages"][0]["content"] == load_prompt("judge_v1")
+        assert first.body["messages"][0]["content"] == load_prompt("judge_v2")
     else:
-        assert first.body["system"] == load_prompt("judge_v1")
+        assert first.body["system"] == load_prompt("judge_v2")
     for req in server.received:
         assert_no_source_values(req)
 

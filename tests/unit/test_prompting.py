@@ -262,3 +262,19 @@ def test_runtime_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_an_item_with_an_id_but_no_hash_is_dropped_when_a_skill_is_rendered() -> None:
+    """Defect 6: missing provenance cannot prove an item distinct from a rendered skill."""
+    skill = scored("s1", chash="H", sources=("w-src",))
+    workflows: list[dict[str, Any]] = [
+        {"id": "w-no-hash", "query": "UNPROVABLE-QUERY"},
+        {"id": "w-stamp-none", "promoted_skill_id": None, "query": "ALSO-UNPROVABLE"},
+        {"id": "keep-me", "canonical_hash": "different", "query": "KEPT-QUERY"},
+    ]
+    kept, dropped = filter_workflows(workflows, [skill])
+    assert [w["id"] for w in kept] == ["keep-me"] and dropped == 2
+    out = assemble(QUERY, skills=[skill], workflows=workflows)
+    assert "UNPROVABLE-QUERY" not in out.user and "ALSO-UNPROVABLE" not in out.user and "KEPT-QUERY" in out.user
+    # With no skill rendered there is nothing to duplicate: an id is provenance enough.
+    assert [w["id"] for w in filter_workflows(workflows, [])[0]] == ["w-no-hash", "w-stamp-none", "keep-me"]

@@ -52,6 +52,8 @@ def test_the_offline_skill_passes_every_check() -> None:
         "no_undeclared_tools",
         "description_intent",
         "no_literal_leak",
+        "no_literal",
+        "no_injection",
         "judge",
     }
 
@@ -72,7 +74,9 @@ def test_leaked_literals_are_rejected(planted: str, kind: str) -> None:
     leaky = SKILL.replace(STEP3, STEP3 + f" For example {planted}.")
     reasons, checks = _check(leaky)
     assert checks["no_literal_leak"] is False
-    assert reasons == [f"leaked 1 literal value(s) from source runs ({kind})"]
+    assert reasons[0] == f"leaked 1 literal value(s) from source runs ({kind})"
+    # A literal with a shape (id, number, email) is refused by the structural rule too, source or not.
+    assert checks["no_literal"] is (kind == "<string>")
     assert planted not in " ".join(reasons)
 
 

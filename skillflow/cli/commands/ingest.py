@@ -85,7 +85,10 @@ def ingest(
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Store a public trajectory corpus through the capture API (idempotent: run ids are deterministic)."""
+    """Store a public trajectory corpus through the capture API (idempotent: run ids are deterministic per tenant).
+
+    Exits 1 when the file held runs but none was stored (the reasons are printed).
+    """
     if source is Source.API_BANK and outcome is Outcome.REWARD:
         fail("api-bank has no success labels; use --outcome execution")
     sf = Skillflow(agent_id=agent_id or DEFAULT_AGENTS[source], engine=engine_for(db))
@@ -104,6 +107,9 @@ def ingest(
         print_json(report.as_dict())
     else:
         _print_report(report.as_dict(), f"ingest {source.value}")
+    if report.runs and not report.stored:
+        reasons = ", ".join(f"{reason} ({n})" for reason, n in report.rejected.most_common(3)) or "none given"
+        fail(f"stored none of the {report.runs} runs in {path.name}: {reasons}")
 
 
 def _load_document(path: Path) -> dict[str, Any]:

@@ -92,4 +92,4 @@ def ingest_api_bank(
     runs = with_timestamps(parse_api_bank(path, sf.agent_id, user_id), end)
     tools = {s.tool for r in runs for s in r.steps}
     report = IngestReport("api-bank", sf.agent_id, user_id, "execution")
-    return write_runs(sf, runs, report, tools, progress)
+    return write_runs(sf, runs, report, tools, progress, (DEFAULT_AGENT_ID, DEFAULT_USER_ID))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections import Counter
@@ -20,25 +21,38 @@ from skillflow.storage.schema import workflow_memory
 OutcomeMode = Literal["execution", "reward"]
 DEFAULT_USER_ID = "shared"
 RUN_SPACING = timedelta(minutes=1)
-ERROR_CLASS_MAX_WORDS = 6
-_WORD = re.compile(r"[A-Za-z0-9_]+")
 Progress = Callable[[int, int], None]  # (done, total)
 
 
-def error_class_for(message: str, prefix: str = "Error") -> str:
-    """A short, stable class for an error message: values stripped, the first words kept.
+# Free-text tool errors map to the closed vocabulary ``canonical.ERROR_KINDS`` (first rule that matches).
+_ERROR_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern, re.IGNORECASE))
+    for kind, pattern in (
+        ("timeout", r"time(?:d)?\s*out|timeout"),
+        ("rate_limited", r"rate.?limit|too many requests|quota"),
+        ("unauthorized", r"unauthori[sz]ed|permission|forbidden|access denied|not logged in|token|credential|login"),
+        ("insufficient_funds", r"balance|insufficient|not enough (?:money|funds)"),
+        ("unavailable", r"not available|unavailable|not enough seats|sold out|no seats|fully booked"),
+        ("not_found", r"not found|does not exist|doesn't exist|no such|unknown|cannot find|could not find"),
+        ("conflict", r"already|conflict|duplicate|exists"),
+        ("not_allowed", r"cannot|can't|not allowed|not permitted|not eligible|only .* can|must not"),
+        ("invalid_argument", r"invalid|must be|missing|required|wrong|malformed|format|parse|bad request|add up"),
+    )
+)
 
-    Tokens holding a digit (ids, amounts, dates, flight numbers) are dropped, the remaining words are
-    lowercased and the first six joined with ``_``: ``"Error: payment amount does not add up, total price
-    is 305, but paid 255"`` → ``"Error:payment_amount_does_not_add_up"``. Equal errors with different
-    values therefore share a class.
+
+def error_class_for(message: str, prefix: str = "Error") -> str:
+    """A stable class for an error message from the closed vocabulary ``canonical.ERROR_KINDS``.
+
+    The message is tool output and may carry values or an attacker's text, so no word of it is kept:
+    ``"Error: payment method certificate_7504069 not found"`` → ``"Error:not_found"``; a message no rule
+    recognises → ``"Error:other"``. Equal errors with different values therefore share a class.
     """
     text = message.strip()
-    if text.lower().startswith(prefix.lower() + ":"):
-        text = text[len(prefix) + 1 :]
-    words = [w.lower() for w in _WORD.findall(text) if not any(ch.isdigit() for ch in w)]
-    slug = "_".join(words[:ERROR_CLASS_MAX_WORDS])
-    return f"{prefix}:{slug}" if slug else prefix
+    for kind, pattern in _ERROR_RULES:
+        if pattern.search(text):
+            return f"{prefix}:{kind}"
+    return f"{prefix}:other"
 
 
 def decode_json(text: Any) -> Any:
@@ -130,6 +144,24 @@ class IngestReport:
 
 
 FOREIGN_ROW = "run id already stored for another agent or user"
+MAX_RUN_ID = 64
+
+
+def tenant_run_id(local: str, agent_id: str, user_id: str, default: tuple[str, str]) -> str:
+    """The deterministic run id of a corpus run for one tenant (re-ingesting converges, tenants never collide).
+
+    The source's default tenant keeps the bare corpus id (stores ingested before ids were scoped stay
+    convergent); any other tenant gets ``{local}@{sha256(agent_id NUL user_id)[:12]}``, or a full digest
+    when that would exceed 64 characters.
+    """
+    if (agent_id, user_id) == default:
+        return local
+    digest = hashlib.sha256(f"{agent_id}\x00{user_id}".encode()).hexdigest()[:12]
+    scoped = f"{local}@{digest}"
+    if len(scoped) <= MAX_RUN_ID:
+        return scoped
+    full = hashlib.sha256(f"{agent_id}\x00{user_id}\x00{local}".encode()).hexdigest()[:40]
+    return f"{local.split('-', 1)[0][:20]}-{full}"
 
 
 def _existing(sf: Skillflow, ids: list[str], batch: int = 500) -> dict[str, tuple[str, str]]:
@@ -150,8 +182,14 @@ def write_runs(
     report: IngestReport,
     tools: Iterable[str],
     progress: Progress | None = None,
+    default_tenant: tuple[str, str] | None = None,
 ) -> IngestReport:
-    """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id)."""
+    """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id).
+
+    Run ids are scoped to the tenant (:func:`tenant_run_id`; ``default_tenant`` keeps bare corpus ids).
+    """
+    default = default_tenant or (report.agent_id, report.user_id)
+    runs = [replace(r, run_id=tenant_run_id(r.run_id, r.agent_id, r.user_id, default)) if r.run_id else r for r in runs]
     sf.register_tools(tools)
     report.tools = sorted(set(tools))
     present = _existing(sf, [r.run_id for r in runs if r.run_id])

@@ -112,4 +112,4 @@ def ingest_tau_bench(
     writer = replace(sf, workflow_outcome_evaluator=reward_evaluator if outcome == "reward" else None)
     tools = {s.tool for r in runs for s in r.steps}
     report = IngestReport("tau-bench", sf.agent_id, user_id, outcome)
-    return write_runs(writer, runs, report, tools, progress)
+    return write_runs(writer, runs, report, tools, progress, (DEFAULT_AGENT_ID, DEFAULT_USER_ID))

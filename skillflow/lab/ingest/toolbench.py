@@ -135,4 +135,4 @@ def ingest_toolbench(
     runs, tools, skipped = parse_toolbench(path, sf.agent_id, user_id)
     writer = replace(sf, workflow_outcome_evaluator=reward_evaluator if outcome == "reward" else None)
     report = IngestReport("toolbench", sf.agent_id, user_id, outcome, skipped=skipped)
-    return write_runs(writer, with_timestamps(runs, end), report, tools, progress)
+    return write_runs(writer, with_timestamps(runs, end), report, tools, progress, (DEFAULT_AGENT_ID, DEFAULT_USER_ID))

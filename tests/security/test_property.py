@@ -1,0 +1,78 @@
+"""Property: no generated secret survives redaction, in any punctuation context (docs/SECURITY.md)."""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from stdnum import luhn
+
+from skillflow.promotion.detectors import PLAIN_VALUES, literal_findings
+from skillflow.promotion.redact import redact_query
+
+CONTEXTS = [
+    "{s}",
+    "it is {s}.",
+    "it is {s}!",
+    "is it {s}?",
+    'the value "{s}" please',
+    "the value '{s}' please",
+    "the value “{s}” please",
+    "see ({s}) now",
+    "first {s}, then more",
+    "value: {s}",
+    "value:{s}",
+    "[{s}]",
+    "{s}; done",
+    "ends with {s}",
+]
+
+
+@st.composite
+def card_numbers(draw: st.DrawFn) -> str:
+    body = draw(st.from_regex(r"[3-6][0-9]{14}", fullmatch=True))
+    digits = body + luhn.calc_check_digit(body)
+    sep = draw(st.sampled_from(["", " ", "-"]))
+    return sep.join(digits[i : i + 4] for i in range(0, 16, 4))
+
+
+emails = st.from_regex(r"[a-z][a-z0-9._+-]{0,15}@[a-z][a-z0-9-]{0,10}\.(com|org|io|example|co\.uk)", fullmatch=True)
+tokens = st.one_of(
+    st.from_regex(r"(sk|pk|ghp|tok|key)[-_][A-Za-z0-9]{16,40}", fullmatch=True),
+    st.from_regex(r"[A-Za-z]{2,8}[0-9]{2,8}[A-Za-z0-9]{0,8}", fullmatch=True),
+    st.from_regex(r"[0-9a-f]{32}", fullmatch=True),
+)
+dates = st.one_of(
+    st.dates().map(lambda d: d.isoformat()),
+    st.dates().map(lambda d: d.strftime("%B %-d, %Y")),
+    st.dates().map(lambda d: d.strftime("%-d %B %Y")),
+    st.dates().map(lambda d: d.strftime("%m/%d/%Y")),
+    st.dates().map(lambda d: d.strftime("%b %-d")),
+)
+passwords = st.text(alphabet=string.ascii_letters + string.digits + "!#$%&*+-_=@^~", min_size=3, max_size=16)
+PASSWORD_LEADS = ["my password is {s}", "password: {s}", "password {s}", "pin={s}", "my username is {s}"]
+
+
+def _survives(secret: str, text: str) -> bool:
+    return secret.casefold() in text.casefold()
+
+
+@settings(max_examples=150, deadline=None)
+@given(secret=st.one_of(card_numbers(), emails, tokens, dates), context=st.sampled_from(CONTEXTS))
+def test_no_shaped_secret_survives_redaction(secret: str, context: str) -> None:
+    out = redact_query("Hello, " + context.format(s=secret))
+    assert not _survives(secret, out), (secret, out)
+    assert not any(ch.isdigit() for ch in out), out  # the structural backstop: no digit at all
+    assert literal_findings(out) == [], out
+
+
+@settings(max_examples=150, deadline=None)
+@given(secret=passwords, lead=st.sampled_from(PASSWORD_LEADS), context=st.sampled_from(CONTEXTS))
+def test_no_password_survives_redaction(secret: str, lead: str, context: str) -> None:
+    if secret.rstrip(".,;:!?)]}") in PLAIN_VALUES:
+        return  # "my password is the same": a lowercase function word is read as prose (docs/SECURITY.md)
+    text = context.format(s=lead.format(s=secret))
+    out = redact_query(text)
+    core = secret.rstrip(".,;:!?)]}")
+    assert len(core) < 3 or not _survives(core, out), (text, out)
