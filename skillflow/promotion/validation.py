@@ -52,14 +52,20 @@ class ValidationResult:
     parsed: ParsedSkill | None = None
 
 
+_IDENTIFIER_LIKE = re.compile(r"[_\-.\d]|[a-z][A-Z]")
+
+
 def undeclared_tools(parsed: ParsedSkill, known_tools: set[str]) -> list[str]:
     """Tools the body references but ``allowed-tools`` does not declare.
 
-    A reference is any mention of a known tool name (backticked or bare), any backticked name after a
-    verb such as "call"/"use", and any ``identifier(`` call.
+    A reference is any bare mention of an identifier-like known tool name (``lookup_order``), any backticked
+    known tool name, any backticked name after a verb such as "call"/"use", and any ``identifier(`` call. A
+    tool named by a plain word (``think``, ``search``) counts only backticked or called: a redacted request
+    saying "I think" references no tool.
     """
     declared = set(parsed.allowed_tools)
-    found: set[str] = set(tool_mentions(parsed.body, known_tools - declared))
+    bare = {t for t in tool_mentions(parsed.body, known_tools - declared) if _IDENTIFIER_LIKE.search(t)}
+    found: set[str] = bare
     found.update(m.group(1) for m in _BACKTICKED_CALL.finditer(parsed.body) if m.group(1) not in declared)
     found.update(m.group(1) for m in _CALL.finditer(parsed.body) if m.group(1) not in declared)
     found.update(m.group(1) for m in _BACKTICKED.finditer(parsed.body) if m.group(1) in known_tools - declared)

@@ -7,6 +7,8 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from skillflow.kernel import canonical
 from skillflow.kernel.config import Settings
 from skillflow.kernel.models import ClassStats, EvidenceRun, RunInput
@@ -121,11 +123,14 @@ def test_factories_default_to_offline() -> None:
     assert isinstance(get_judge(settings), OfflineJudge)
 
 
-def test_every_tau_bench_class_distills_to_a_valid_leak_free_skill(tau_bench_path: Path, tmp_path: Path) -> None:
-    """On the real τ-bench airline turns: every frequent class's offline skill passes the whole gate."""
+@pytest.mark.parametrize(("unit", "least"), [("turn", 8), ("conversation", 4)])
+def test_every_tau_bench_class_distills_to_a_valid_leak_free_skill(
+    tau_bench_path: Path, tmp_path: Path, unit: str, least: int
+) -> None:
+    """On the real τ-bench airline runs (per turn and per procedure): every frequent class's skill passes the gate."""
     from skills_ref.validator import validate as agentskills_validate
 
-    runs = parse_tau_bench(tau_bench_path)
+    runs = parse_tau_bench(tau_bench_path, unit=unit)  # type: ignore[arg-type]  # one of the two units
     classes: dict[str, list[tuple[RunInput, bool]]] = defaultdict(list)
     for run in runs:
         units = canonical.signature(run.steps)
@@ -134,7 +139,7 @@ def test_every_tau_bench_class_distills_to_a_valid_leak_free_skill(tau_bench_pat
             classes[chash].append((run, canonical.execution_succeeded(units, None)))
     toolbox = sorted({s.tool for r in runs for s in r.steps})
     frequent = sorted((c for c in classes.items() if len(c[1]) >= 5), key=lambda c: -len(c[1]))[:12]
-    assert len(frequent) >= 8
+    assert len(frequent) >= least
     names = []
     for chash, members in frequent:
         ev = _evidence(chash, members, toolbox)

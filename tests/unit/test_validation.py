@@ -100,6 +100,15 @@ def test_undeclared_tools_are_rejected(extra: str, tool: str) -> None:
     assert f"undeclared tools referenced: {tool}" in reasons
 
 
+def test_a_plain_word_tool_counts_only_backticked_or_called() -> None:
+    """Regression: a τ-bench skill whose redacted example request said "I think" was refused for `think`."""
+    ev = cancel_evidence(toolbox=["get_user_details", "get_reservation_details", "cancel_reservation", "think"])
+    reasons, checks = _check(SKILL.replace(STEP3, STEP3 + "\n\nI think the user wants this."), ev)
+    assert checks["no_undeclared_tools"] is True, reasons
+    reasons, checks = _check(SKILL.replace(STEP3, STEP3 + "\n4. Call `think` first."), ev)
+    assert "undeclared tools referenced: think" in reasons
+
+
 def test_declared_tool_must_resolve_in_the_toolbox() -> None:
     ev = cancel_evidence(toolbox=["get_user_details", "get_reservation_details"])
     reasons, checks = _check(SKILL, ev)
