@@ -21,9 +21,11 @@ from sqlalchemy.exc import OperationalError
 
 from skillflow.capture.outcome import Evaluator
 from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, write_run
+from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
 from skillflow.injection.retrieval import ScoredSkill, search_skills
+from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
 from skillflow.kernel.models import RunInput, SkillStatus, Step, utcnow
 from skillflow.storage.engine import cached_engine
@@ -103,9 +105,11 @@ class Skillflow:
         run_id: str | None = None,
         created_at: datetime | str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        conversation_id: str | None = None,
         strict: bool = False,
     ) -> CaptureResult:
-        """Store one run. Never raises unless ``strict``: any value in any parameter gives a :class:`CaptureResult`.
+        """Store one run (of ``conversation_id`` when given). Never raises unless ``strict``: any value in any
+        parameter gives a :class:`CaptureResult`.
 
         The run is stored (``stored``), spooled while the database is unreachable (``spooled``), or refused
         with ``error`` naming the field (never its value); nothing is dropped silently. Coercions are
@@ -127,8 +131,79 @@ class Skillflow:
             "run_id": run_id,
             "created_at": created_at,
             "metadata": metadata,
+            "conversation_id": conversation_id,
         }
         return self.record(raw, strict=strict)
+
+    def record_conversation(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        user_id: str,
+        *,
+        conversation_id: str,
+        complete: bool = True,
+        skills_activated: Mapping[int, Iterable[str]] | None = None,
+        created_at: datetime | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+    ) -> list[CaptureResult]:
+        """Store a conversation (OpenAI chat messages) as one run per procedure; one result per segment.
+
+        Segments (:func:`skillflow.capture.segments.segment_conversation`) are anchored on state-changing
+        calls, as declared by :meth:`register_tools` or by the tool-name verb rule. Run ids are deterministic
+        per (agent, user, conversation, segment), so recording the same conversation again converges;
+        ``complete=False`` leaves out the open tail of a conversation still going on. ``skills_activated``
+        maps a segment index to the skill ids ``prepare`` injected for that procedure. Never raises unless
+        ``strict``: unreadable input gives one result with ``error`` naming the position, never a value.
+        """
+        from skillflow.capture.record import normalize_conversation_id
+        from skillflow.capture.segments import segment_conversation, segment_run_id
+
+        if not self.options.workflow_memory:
+            return [CaptureResult("", False, error="workflow memory is disabled for this agent")]
+        try:
+            conversation = normalize_conversation_id(conversation_id)
+            if conversation is None:
+                raise RunValidationError("conversation_id must be a non-empty string")
+            segments = segment_conversation(messages, self._declared_tools(), complete=complete)
+            activated = dict(skills_activated or {})
+        except Exception as exc:
+            if strict:
+                raise
+            error = str(exc) if isinstance(exc, ValueError) else f"conversation could not be read: {type(exc).__name__}"
+            log.warning("conversation rejected: %s", error)  # names a position or a field, never a value
+            return [CaptureResult("", False, error=error)]
+        results = []
+        for seg in segments:
+            # A non-text user_id gets no id here: normalization refuses it, naming the field.
+            run_id = (
+                segment_run_id(self.agent_id, user_id, conversation, seg.index) if isinstance(user_id, str) else None
+            )
+            raw = {
+                "query": seg.query,
+                "agent_id": self.agent_id,
+                "user_id": user_id,
+                "steps": seg.steps,
+                "skills_activated": activated.get(seg.index, ()),
+                "run_id": run_id,
+                "created_at": created_at,
+                "metadata": metadata,
+                "conversation_id": conversation,
+                "segment_index": seg.index,
+            }
+            results.append(self.record(raw, strict=strict))
+        return results
+
+    def _declared_tools(self) -> dict[str, bool] | None:
+        """The agent's declared state-changing flags (None while the database is unreachable: the verb rule)."""
+        from skillflow.storage.skills import declared_state_changes
+
+        assert self.engine is not None
+        try:
+            with self.engine.connect() as conn:
+                return declared_state_changes(conn, self.agent_id)
+        except OperationalError:
+            return None
 
     def record(self, run: RunInput | Mapping[str, Any], *, strict: bool = False) -> CaptureResult:
         """Store a :class:`RunInput` (or its mapping form); see :meth:`record_run`."""
@@ -172,6 +247,8 @@ class Skillflow:
                 "run_id": run.run_id,
                 "created_at": _iso(run.created_at),
                 "metadata": run.metadata,
+                "conversation_id": run.conversation_id,
+                "segment_index": run.segment_index,
             }
             path.write_text(dumps(doc), encoding="utf-8")
             return path
@@ -218,11 +295,32 @@ class Skillflow:
                 min_score=self.config.retrieval_min_similarity,
             )
 
+    def select_skills(self, query: str, user_id: str, conversation: Conversation | None = None) -> Selection:
+        """The skills ``prepare`` would render for ``query`` after ``conversation``, and why."""
+        from skillflow.injection.selection import select_skills
+        from skillflow.kernel.state import changes_state
+        from skillflow.promotion.redact import redact_query
+
+        assert self.engine is not None and self.config is not None
+        declared = self._declared_tools() if conversation is not None and conversation.calls else None
+        return select_skills(
+            self.engine,
+            self._embedder(),
+            self.agent_id,
+            user_id,
+            query,
+            self.config,
+            conversation=conversation,
+            form=redact_query,
+            changes_state=lambda tool: changes_state(tool, declared or None),
+        )
+
     def prepare(
         self,
         query: str,
         user_id: str,
         *,
+        conversation: Conversation | None = None,
         history: Sequence[Mapping[str, Any]] = (),
         memories: Sequence[Any] = (),
         workflows: Sequence[Any] = (),
@@ -231,15 +329,18 @@ class Skillflow:
     ) -> Prepared:
         """Assemble the request for ``provider``; pass ``skill_ids`` to ``record_run(skills_activated=...)``.
 
-        Workflow memory is never retrieved here. A disabled skillbox or a retrieval failure yields a
-        request without skills; it never raises into the agent.
+        Call it before every model call with the ``conversation`` so far (earlier user messages and the
+        tool calls already made, e.g. ``Conversation.from_messages(messages)``): the tenant's fitted rule
+        picks at most one skill whose procedure continues those calls, or none (docs/guide/runtime.md,
+        "Which skill, or none"). Workflow memory is never retrieved here. A disabled skillbox or a
+        retrieval failure yields a request without skills; it never raises into the agent.
         """
         if provider not in PROVIDERS:
             raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
         skills: list[ScoredSkill] = []
         if self.options.skillbox:
             try:
-                skills = self.retrieve_skills(query, user_id)
+                skills = self.select_skills(query, user_id, conversation).skills
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
                 log.warning("skill retrieval failed (%s); preparing without skills", type(exc).__name__)
         assembled = assemble(
@@ -285,11 +386,29 @@ class Skillflow:
         return [{**rows[i], "score": round(float(scores[i]), 6)} for i in order]
 
     # -- toolbox -----------------------------------------------------------------------------------
-    def register_tools(self, names: Iterable[str]) -> None:
-        """Replace this agent's registered tool list (what declared skill tools must resolve against)."""
+    def register_tools(self, names: Iterable[str], state_changing: Mapping[str, bool] | None = None) -> None:
+        """Replace this agent's registered tool list (what declared skill tools must resolve against).
+
+        ``state_changing`` declares, per tool, whether it changes state (what segments a conversation,
+        docs/guide/runtime.md); a tool left out follows the tool-name verb rule. Naming a tool that is not
+        registered is a ``ValueError``.
+        """
         assert self.engine is not None
         now = utcnow()
-        rows = [{"agent_id": self.agent_id, "tool_name": n, "registered_at": now} for n in sorted(set(names))]
+        tools = sorted(set(names))
+        declared = dict(state_changing or {})
+        unknown = sorted(set(declared) - set(tools))
+        if unknown:
+            raise ValueError(f"state_changing names {len(unknown)} tool(s) that are not registered")
+        rows = [
+            {
+                "agent_id": self.agent_id,
+                "tool_name": n,
+                "registered_at": now,
+                "changes_state": None if n not in declared else int(bool(declared[n])),
+            }
+            for n in tools
+        ]
         with self.engine.begin() as conn:
             conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == self.agent_id))
             if rows:

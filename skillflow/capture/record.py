@@ -243,7 +243,27 @@ def _normalize(run: RunInput | Mapping[str, Any]) -> RunInput:
         run_id=_clean_str(run_id, MAX_ID_CHARS),
         created_at=_created_at(run.created_at),
         metadata=_metadata(run.metadata),
+        conversation_id=normalize_conversation_id(run.conversation_id),
+        segment_index=_segment_index(run.segment_index),
     )
+
+
+def normalize_conversation_id(value: Any) -> str | None:
+    """``conversation_id``: None or "" → none; a string of at most 255 characters without control characters."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) > MAX_TENANT_CHARS or any(ord(ch) < 32 for ch in value):
+        raise RunValidationError(f"conversation_id must be a string of at most {MAX_TENANT_CHARS} characters")
+    return value
+
+
+def _segment_index(value: Any) -> int | None:
+    """``segment_index``: None, or a non-negative integer (not a bool) below 1 000 000."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1_000_000:
+        raise RunValidationError("segment_index must be a non-negative integer")
+    return value
 
 
 def write_run(
@@ -340,6 +360,8 @@ def write_run(
             signature=[u.as_hashable() for u in units] if units else None,
             skills_activated=list(active_ids),
             metadata=run.metadata or None,
+            conversation_id=run.conversation_id,
+            segment_index=run.segment_index,
         )
     )
     if active_ids:

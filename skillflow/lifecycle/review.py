@@ -1,26 +1,32 @@
 """Activation review: the evidence a reviewer sees and how a decision is applied.
 
-The decision values are the review form's: ``activate_user``, ``activate_developer``, ``reject`` and
-``keep_shadow``; a review that times out keeps the skill in shadow. Every decision is written to
+The decision values are the review form's: ``activate_user``, ``activate_developer``, ``reject``,
+``keep_shadow`` and ``edit`` (a corrected SKILL.md, validated like a distilled one and stored as the next
+revision; the review then starts over on it); a review that times out keeps the skill in shadow. An
+activation names the revision the reviewer saw, so an edit landing meanwhile refuses it. Every decision is written to
 ``skill_events`` with the reviewer as actor and ``details.review = true`` (keeping a skill in shadow is
 not a transition, so it is logged as a ``reviewed`` event).
 """
 
 from __future__ import annotations
 
+import base64
+import html
 from typing import Any, Literal
 
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
 from skillflow.kernel.config import PromotionConfig
+from skillflow.lifecycle.charts import render_png, skill_charts
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, missing_tools, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
+from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_skill
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.skills import InvalidTransition, get_skill, last_retired, record_event
 
-Decision = Literal["activate_user", "activate_developer", "reject", "keep_shadow"]
-DECISIONS: tuple[str, ...] = ("activate_user", "activate_developer", "reject", "keep_shadow")
+Decision = Literal["activate_user", "activate_developer", "reject", "keep_shadow", "edit"]
+DECISIONS: tuple[str, ...] = ("activate_user", "activate_developer", "reject", "keep_shadow", "edit")
 
 
 class ReviewEvidence(BaseModel):
@@ -31,6 +37,7 @@ class ReviewEvidence(BaseModel):
     user_id: str
     name: str
     version: int
+    revision: int = 1
     status: str
     injection_role: str
     canonical_hash: str
@@ -43,6 +50,7 @@ class ReviewEvidence(BaseModel):
     class_stats: dict[str, Any]
     readiness: dict[str, Any]
     previous_demotion_reason: str | None = None
+    chart_png_base64: str | None = None  # class success, shadow match, rolling vs baseline (lifecycle.charts)
 
 
 class ReviewOutcome(BaseModel):
@@ -53,11 +61,14 @@ class ReviewOutcome(BaseModel):
     injection_role: str
     reviewer: str
     reasons: list[str] = []
+    revision: int = 1
 
 
-def gather_evidence(engine: Engine, skill_id: str, config: PromotionConfig) -> ReviewEvidence:
+def gather_evidence(engine: Engine, skill_id: str, config: PromotionConfig, *, charts: bool = True) -> ReviewEvidence:
+    """Everything the review page shows; ``charts`` renders the evidence chart (matplotlib)."""
     with engine.connect() as conn:
         skill = get_skill(conn, skill_id)
+        png = render_png(skill_charts(conn, skill, config)) if charts else None
         classes = aggregate_classes(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
         stats = classes[0] if classes else None
         retired = last_retired(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
@@ -79,6 +90,7 @@ def gather_evidence(engine: Engine, skill_id: str, config: PromotionConfig) -> R
             user_id=skill.user_id,
             name=skill.name,
             version=skill.version,
+            revision=current_revision(conn, skill.id),
             status=skill.status,
             injection_role=skill.injection_role,
             canonical_hash=skill.canonical_hash,
@@ -93,6 +105,7 @@ def gather_evidence(engine: Engine, skill_id: str, config: PromotionConfig) -> R
             previous_demotion_reason=retired.demotion_reason
             if retired is not None and retired.id != skill.id
             else None,
+            chart_png_base64=base64.b64encode(png).decode("ascii") if png else None,
         )
 
 
@@ -105,8 +118,13 @@ def apply_review_decision(
     reason: str = "",
     config: PromotionConfig,
     flow_run_id: str | None = None,
+    revision: int | None = None,
+    skill_md: str | None = None,
 ) -> ReviewOutcome:
-    """Apply one reviewer decision; a refused activation is an outcome with reasons, not an exception."""
+    """Apply one reviewer decision; a refused activation or edit is an outcome with reasons, not an exception.
+
+    ``revision`` is the revision the reviewer saw; ``skill_md`` the corrected text of an ``edit``.
+    """
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision {decision!r}; expected one of {', '.join(DECISIONS)}")
     reviewer = reviewer.strip() or "unknown reviewer"
@@ -116,18 +134,29 @@ def apply_review_decision(
         if decision in ("activate_user", "activate_developer"):
             role: Literal["user", "developer"] = "developer" if decision == "activate_developer" else "user"
             activate_skill(
-                engine, skill_id, role, actor=reviewer, flow_run_id=flow_run_id, config=config, reason=reason or None
-            )
+                engine, skill_id, role, actor=reviewer, flow_run_id=flow_run_id, config=config, reason=reason or None,
+                revision=revision,
+            )  # fmt: skip
+        elif decision == "edit":
+            if not (skill_md or "").strip():
+                raise EditRefused(["an edit needs the corrected SKILL.md"])
+            edit_skill(
+                engine, skill_id, str(skill_md), editor=reviewer, config=config, reason=reason or None,
+                expected_revision=revision, flow_run_id=flow_run_id,
+            )  # fmt: skip
         elif decision == "reject":
             reject_skill(engine, skill_id, reason or "rejected at review", actor=reviewer, flow_run_id=flow_run_id)
         else:
             log_review_event(engine, skill_id, "reviewed", reviewer, reason, flow_run_id, decision)
     except ActivationRefused as exc:
         applied, reasons = False, list(exc.reasons)
+    except EditRefused as exc:
+        applied, reasons = False, list(exc.reasons)
     except InvalidTransition as exc:
         applied, reasons = False, [str(exc)]
     with engine.connect() as conn:
         skill = get_skill(conn, skill_id)
+        now = current_revision(conn, skill_id)
     return ReviewOutcome(
         skill_id=skill_id,
         decision=decision,
@@ -136,6 +165,7 @@ def apply_review_decision(
         injection_role=skill.injection_role,
         reviewer=reviewer,
         reasons=reasons,
+        revision=now,
     )
 
 
@@ -168,7 +198,7 @@ def render_markdown(ev: ReviewEvidence) -> str:
     """The review page: SKILL.md plus its evidence (figures and ids; no raw runs or queries)."""
     ready = ev.readiness
     lines = [
-        f"# Review: {ev.name} v{ev.version} ({ev.status}, {ev.injection_role} authority)",
+        f"# Review: {ev.name} v{ev.version}, revision {ev.revision} ({ev.status}, {ev.injection_role} authority)",
         "",
         f"- skill id: `{ev.skill_id}`; tenant: `{ev.agent_id}` / `{ev.user_id}`",
         f"- trajectory class: `{ev.canonical_hash[:12]}`",
@@ -181,10 +211,14 @@ def render_markdown(ev: ReviewEvidence) -> str:
     lines += [f"  - {r}" for r in ready.get("reasons", [])]
     if ev.previous_demotion_reason:
         lines.append(f"- previous version demoted: {ev.previous_demotion_reason}")
+    if ev.chart_png_base64:
+        lines += ["", f"![evidence chart of {ev.name}](data:image/png;base64,{ev.chart_png_base64})"]
     lines += [
         "",
         "Decide with the resume form: activate_user, activate_developer (requires require_shadow and shadow"
-        " review), reject (give a reason) or keep_shadow. Readiness is observational, not causal.",
+        " review), reject (give a reason), keep_shadow, or edit (paste the corrected SKILL.md: it is validated"
+        " like a distilled skill and the review starts over on the new revision). Readiness is observational,"
+        " not causal.",
         "",
         "## SKILL.md",
         "",
@@ -204,3 +238,27 @@ def evidence_table(ev: ReviewEvidence) -> list[dict[str, Any]]:
     if isinstance(checks, dict):
         rows += [{"section": "validation", "item": str(k), "value": str(v)} for k, v in checks.items()]
     return rows
+
+
+def render_html(ev: ReviewEvidence) -> str:
+    """``skillflow show ID --html``: the review page as one self-contained HTML file (chart embedded)."""
+    e = html.escape
+    cells = ("section", "item", "value")
+    rows = "".join("<tr>" + "".join(f"<td>{e(r[c])}</td>" for c in cells) + "</tr>" for r in evidence_table(ev))
+    ready = ev.readiness
+    chart = (
+        f'<img alt="evidence chart" src="data:image/png;base64,{ev.chart_png_base64}">' if ev.chart_png_base64 else ""
+    )
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>{e(ev.name)} v{ev.version}.{ev.revision}</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}pre{background:#f4f4f4;padding:1em;"
+        "white-space:pre-wrap}td{border-bottom:1px solid #ddd;padding:2px 8px}</style></head><body>"
+        f"<h1>{e(ev.name)} v{ev.version}, revision {ev.revision}</h1>"
+        f"<p>{e(ev.status)}, {e(ev.injection_role)} authority; skill <code>{e(ev.skill_id)}</code>; tenant "
+        f"<code>{e(ev.agent_id)}</code> / <code>{e(ev.user_id)}</code>; "
+        f"class <code>{e(ev.canonical_hash[:12])}</code></p>"
+        f"<p>readiness (advisory): {'ready' if ready.get('ready') else 'not ready'}, observations "
+        f"{e(str(ready.get('observations')))}</p>{chart}"
+        f"<h2>Evidence</h2><table>{rows}</table><h2>SKILL.md</h2><pre>{e(ev.content)}</pre></body></html>\n"
+    )

@@ -38,7 +38,7 @@ from skillflow.storage.aggregate import (
 from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
 from skillflow.storage.reports import report_id, write_report
 from skillflow.storage.schema import class_state, skill_activations, skillbox
-from skillflow.storage.skills import last_retired, next_version, tenant_filter
+from skillflow.storage.skills import declared_state_changes, last_retired, next_version, tenant_filter
 
 log = logging.getLogger("skillflow.promotion.cycle")
 
@@ -82,6 +82,7 @@ class PromotionReport(BaseModel):
     review_flags: list[str] = Field(default_factory=list)
     candidates_considered: int = 0
     gates: list[GateRow] = Field(default_factory=list)
+    applicability: dict[str, Any] | None = None  # the fitted injection rule (promotion/calibrate.py)
 
     def decide(self, canonical_hash: str, decision: Decision, reason: str | None = None) -> None:
         for row in self.gates:
@@ -173,6 +174,7 @@ def assess_classes(
             tenant_filter(skillbox, agent_id, user_id), skillbox.c.live_key.is_not(None)
         )
         live = set(conn.execute(live_q).scalars())
+        declared = declared_state_changes(conn, agent_id)
         waits: dict[str, int] = {}
         fresh: dict[str, int] = {}
         if respect_backoff:
@@ -185,7 +187,7 @@ def assess_classes(
             waits = {r[0]: int(r[1]) for r in rows}
     out = []
     for s in stats:
-        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live)
+        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live, declared=declared)
         backoff = None
         if gate.eligible and s.canonical_hash in waits:
             backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"
@@ -431,6 +433,23 @@ def process_class(
     return record_rejection(engine, stats, cycle, reasons, config)
 
 
+def calibrate_rule(
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    config: PromotionConfig,
+    cycle: int,
+    dry_run: bool,
+    settings: Settings | None = None,
+) -> dict[str, Any]:
+    """Stage: refit and store the tenant's applicability rule for its live skills (every cycle)."""
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.promotion.calibrate import calibrate
+
+    embedder = get_embedder((settings or get_settings()).embedder)
+    return calibrate(engine, agent_id, user_id, config, cycle, dry_run=dry_run, embedder=embedder)
+
+
 def stage_failure(stage: str, exc: BaseException) -> str:
     """The stable rejection reason of a failed stage: its name and the error class(es), never a message."""
     cause = exc.__cause__
@@ -498,6 +517,8 @@ def run_partition(
                 settings=settings,
             )
             apply_result(report, result)
+        stage = "calibration"
+        report.applicability = calibrate_rule(engine, agent_id, user_id, config, plan.cycle, dry_run, settings)
         stage = "report"
         report.review_flags.extend(review_flags(engine, agent_id, user_id))
         finish_partition(engine, report, mark=True)

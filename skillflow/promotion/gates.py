@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
+from skillflow.kernel.state import changes_state
 
 COVERED = "already covered by a live skill"
 UNKNOWN_CLASS = "unknown trajectory class"
 INSUFFICIENT = "distillation returned INSUFFICIENT"
-GATE_NAMES = ("not_covered", "executions", "success_rate", "unknown_share", "distinct_queries", "recency")
+TRIVIAL = "trivial: a single read-only call"
+GATE_NAMES = (
+    "not_covered",
+    "not_trivial",
+    "executions",
+    "success_rate",
+    "unknown_share",
+    "distinct_queries",
+    "recency",
+)
 _EPS = 1e-9  # 4/5 must pass a 0.80 gate despite binary floating point
 
 
@@ -44,11 +55,30 @@ def unknown_share(stats: ClassStats) -> float:
     return stats.unknown / total if total else 0.0
 
 
-def evaluate_gates(stats: ClassStats, config: PromotionConfig, now: datetime, live_skill: bool) -> GateResult:
-    """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason."""
+def is_trivial(stats: ClassStats, declared: Mapping[str, bool] | None = None) -> bool:
+    """A class whose signature is one read-only call (declared, or by the tool-name verb rule)."""
+    sequence = stats.tool_sequence or ""
+    if not sequence or " > " in sequence:
+        return False
+    return not changes_state(sequence.removesuffix("!"), declared)
+
+
+def evaluate_gates(
+    stats: ClassStats,
+    config: PromotionConfig,
+    now: datetime,
+    live_skill: bool,
+    declared: Mapping[str, bool] | None = None,
+) -> GateResult:
+    """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason.
+
+    ``declared`` is the agent's declared state-changing flags (``storage.skills.declared_state_changes``);
+    without it the trivial gate uses the tool-name verb rule.
+    """
     days = whole_days_since(stats.last_seen, now)
     ordered: list[tuple[str, bool, str]] = [
         ("not_covered", not (live_skill or stats.stamped > 0), COVERED),
+        ("not_trivial", config.promote_trivial_classes or not is_trivial(stats, declared), TRIVIAL),
         (
             "executions",
             stats.executions >= config.min_executions,

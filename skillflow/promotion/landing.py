@@ -7,6 +7,7 @@ store shows up as ``already covered by a live skill``, never as a duplicate.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,6 +71,40 @@ def trigger_queries(conn: Connection, evidence: Evidence, config: PromotionConfi
     return list(out.values())
 
 
+NAME_TAKEN = "name already used by another live skill of the tenant"
+
+
+def unique_name(conn: Connection, agent_id: str, user_id: str, name: str, canonical_hash: str) -> str | None:
+    """``name``, or when another live skill of the tenant uses it ``name-<class hash prefix>`` (deterministic:
+    the same class always gets the same name); ``None`` when even the longest prefix is taken."""
+    from skillflow.storage.schema import skillbox
+
+    taken = set(
+        conn.execute(
+            select(skillbox.c.name).where(
+                tenant_filter(skillbox, agent_id, user_id),
+                skillbox.c.live_key.is_not(None),
+                skillbox.c.canonical_hash != canonical_hash,
+            )
+        ).scalars()
+    )
+    if name not in taken:
+        return name
+    for n in (6, 12, 24):
+        suffix = canonical_hash[:n].lower()
+        candidate = f"{name[: 64 - len(suffix) - 1].rstrip('-')}-{suffix}"
+        if candidate not in taken:
+            return candidate
+    return None
+
+
+def renamed(content: str, old: str, new: str) -> str:
+    """``content`` with its frontmatter ``name:`` line set to ``new`` (the body is left alone)."""
+    head, sep, body = content.partition("\n---")
+    pattern = re.compile(rf"^name:[ \t]*([\"']?){re.escape(old)}\1[ \t]*$", re.MULTILINE)
+    return pattern.sub(f"name: {new}", head, count=1) + sep + body
+
+
 def baseline_of(stats: ClassStats) -> dict[str, Any]:
     return {
         "executions": stats.executions,
@@ -97,6 +132,7 @@ def store_skill(
     """
     from skillflow.injection.embeddings import get_embedder
     from skillflow.injection.retrieval import write_skill_vectors
+    from skillflow.promotion.skillmd import parse_skill_md
 
     s = evidence.stats
     parsed, content = validation.parsed, outcome.skill_md
@@ -109,12 +145,21 @@ def store_skill(
         with engine.begin() as conn:
             if live_skill_for_class(conn, s.agent_id, s.user_id, s.canonical_hash) is not None:
                 return ClassResult(s.canonical_hash, "skipped", [COVERED])
+            # Live names are unique per tenant: a taken name gets the class hash prefix as a suffix.
+            name = unique_name(conn, s.agent_id, s.user_id, parsed.name, s.canonical_hash)
+            if name is None:
+                return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
+            if name != parsed.name:
+                content = renamed(content, parsed.name, name)
+                if parse_skill_md(content).name != name:  # a frontmatter the rename cannot rewrite
+                    return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
+                log.info("skill name of class %s taken; stored as %s", s.canonical_hash[:12], name)
             skill = insert_skill(
                 conn,
                 agent_id=s.agent_id,
                 user_id=s.user_id,
                 canonical_hash=s.canonical_hash,
-                name=parsed.name,
+                name=name,
                 description=parsed.description,
                 content=content,
                 status=status,

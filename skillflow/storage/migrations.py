@@ -123,12 +123,58 @@ def _m007(conn: Connection) -> None:
     build_metadata(7).tables["skill_revisions"].create(conn, checkfirst=True)
 
 
+def _m009(conn: Connection) -> None:
+    """Create ``applicability_rules`` (each tenant's fitted injection rule) if missing."""
+    build_metadata(9).tables["applicability_rules"].create(conn, checkfirst=True)
+
+
+M008_INDEX = ("workflow_memory", "ix_workflow_memory_conversation")
+
+
+def _m008(conn: Connection) -> None:
+    """Conversations: ``workflow_memory.conversation_id``/``segment_index`` with their tenant index, and the
+    declared ``agent_tools.changes_state`` flag (docs/guide/runtime.md). Every step checks first."""
+    for column, sql_type, oracle_type in (
+        ("conversation_id", "VARCHAR(255)", "VARCHAR2(255 CHAR)"),
+        ("segment_index", "INTEGER", "INTEGER"),
+    ):
+        _add_column(
+            conn,
+            "workflow_memory",
+            column,
+            sqlite=f"ALTER TABLE workflow_memory ADD COLUMN {column} {sql_type}",
+            postgresql=[f"ALTER TABLE workflow_memory ADD COLUMN {column} {sql_type}"],
+            oracle=[f"ALTER TABLE workflow_memory ADD ({column} {oracle_type})"],
+        )
+    check = "CHECK (changes_state IN (0, 1))"
+    _add_column(
+        conn,
+        "agent_tools",
+        "changes_state",
+        sqlite="ALTER TABLE agent_tools ADD COLUMN changes_state SMALLINT "
+        f"CONSTRAINT ck_agent_tools_changes_state {check}",
+        postgresql=[
+            "ALTER TABLE agent_tools ADD COLUMN changes_state SMALLINT",
+            f"ALTER TABLE agent_tools ADD CONSTRAINT ck_agent_tools_changes_state {check}",
+        ],
+        oracle=[
+            "ALTER TABLE agent_tools ADD (changes_state SMALLINT)",
+            f"ALTER TABLE agent_tools ADD CONSTRAINT ck_agent_tools_changes_state {check}",
+        ],
+    )
+    table, name = M008_INDEX
+    if not _has_index(conn, table, name):
+        conn.execute(CreateIndex(_index(8, table, name)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
     Migration(3, "003_add_shadow_evaluations", _m003),
     Migration(4, "004_add_covering_indexes", _m004),
     Migration(7, "007_add_skill_revisions", _m007),
+    Migration(8, "008_add_conversations", _m008),
+    Migration(9, "009_add_applicability_rules", _m009),
 )
 
 

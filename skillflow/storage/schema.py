@@ -5,7 +5,10 @@ creates the upstream-era shape, 002 adds ``skillbox.injection_role`` and 003 add
 ``workflow_memory.shadow_evaluations``, 004 replaces ``ix_workflow_memory_class`` by the covering index
 ``ix_workflow_memory_class_cover`` (its prefix is the old index, so nothing loses an index) and adds
 ``ix_skillbox_tenant_updated``, 007 adds ``skill_revisions`` (every edited revision of a skill version, see
-docs/guide/lifecycle.md, "Edit, history and rollback"), so fresh installs and upgrades follow one path.
+docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memory.conversation_id`` and
+``segment_index`` (runs recorded per conversation, docs/guide/runtime.md) and ``agent_tools.changes_state``,
+009 adds ``applicability_rules`` (each tenant's fitted injection rule, docs/guide/runtime.md), so fresh installs
+and upgrades follow one path.
 ``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
 """
 
@@ -28,7 +31,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 7
+LATEST = 9
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -112,6 +115,10 @@ def build_metadata(level: int = LATEST) -> MetaData:
     _json_col(wf, "metadata")
     if level >= 3:
         _json_col(wf, "shadow_evaluations")
+    if level >= 8:  # a run may belong to a conversation, and be the procedure at ``segment_index`` of it
+        wf.append(Column("conversation_id", String(TENANT)))
+        wf.append(Column("segment_index", Integer))
+        wf.append(Index("ix_workflow_memory_conversation", "agent_id", "user_id", "conversation_id"))
     if level >= 4:
         # Covers the per-tenant GROUP BY canonical_hash (aggregate.aggregate_query) without touching table
         # rows; its first four columns are the old ix_workflow_memory_class, which 004 drops as redundant.
@@ -289,13 +296,30 @@ def build_metadata(level: int = LATEST) -> MetaData:
         _json_col(rv, "validation")
         Table("skill_revisions", md, *rv)
 
-    Table(
-        "agent_tools",
-        md,
+    if level >= 9:
+        # The tenant's fitted applicability rule (skillflow.injection.calibration), keyed by the fingerprint of
+        # the live skills it was fitted for: a rule whose fingerprint no longer matches is never applied.
+        ar: list = [
+            Column("agent_id", String(TENANT), primary_key=True),
+            Column("user_id", String(TENANT), primary_key=True),
+            Column("fingerprint", String(64), nullable=False),
+            Column("model_id", String(255), nullable=False),
+            Column("rule_view", String(20)),
+            Column("cycle", Integer, nullable=False, server_default=text("0")),
+            Column("fitted_at", UTCDateTime(), nullable=False),
+        ]
+        _json_col(ar, "rule", nullable=False)
+        Table("applicability_rules", md, *ar)
+
+    tools: list = [
         Column("agent_id", String(TENANT), primary_key=True),
         Column("tool_name", String(255), primary_key=True),
         Column("registered_at", UTCDateTime(), nullable=False),
-    )
+    ]
+    if level >= 8:  # declared at registration: 1 changes state, 0 read-only, NULL = the tool-name verb rule
+        tools.append(Column("changes_state", SmallInteger))
+        tools.append(CheckConstraint("changes_state IN (0, 1)", name="changes_state"))
+    Table("agent_tools", md, *tools)
     return md
 
 
@@ -313,3 +337,4 @@ leases = metadata.tables["leases"]
 agent_tools = metadata.tables["agent_tools"]
 schema_migrations = metadata.tables["schema_migrations"]
 skill_revisions = metadata.tables["skill_revisions"]
+applicability_rules = metadata.tables["applicability_rules"]

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, RowMapping, and_, func, insert, select, update
 
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
-from skillflow.storage.schema import skill_events, skillbox, workflow_memory
+from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
 
 RETIRED_STATUSES = (SkillStatus.DEMOTED, SkillStatus.DEPRECATED, SkillStatus.REJECTED)
 ALLOWED: dict[SkillStatus, set[SkillStatus]] = {
@@ -346,3 +346,11 @@ def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> N
 
 def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:
     return and_(table.c.agent_id == agent_id, table.c.user_id == user_id)
+
+
+def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:
+    """Tool → changes state, for the agent's tools registered with a declared flag (the rest use the verb rule)."""
+    q = select(agent_tools.c.tool_name, agent_tools.c.changes_state).where(
+        agent_tools.c.agent_id == agent_id, agent_tools.c.changes_state.is_not(None)
+    )
+    return {str(name): bool(flag) for name, flag in conn.execute(q)}

@@ -21,7 +21,7 @@ def _sf(engine: Engine, agent_id: str = "tau-bench-airline") -> Skillflow:
 
 
 def test_parse_matches_corpus_counts(tau_bench_path: Path) -> None:
-    runs = parse_tau_bench(tau_bench_path)
+    runs = parse_tau_bench(tau_bench_path, unit="turn")
     assert len(runs) == 1490  # user turns
     assert sum(1 for r in runs if r.steps) == 569  # user turns with at least one tool call
     assert sum(len(r.steps) for r in runs) == 1164
@@ -144,8 +144,8 @@ def tau_book_cancel(tau_bench_path: Path, tmp_path: Path) -> Path:
 
 
 def test_reward_outcome_follows_the_episode_reward(engine: Engine, tau_book_cancel: Path) -> None:
-    parsed = parse_tau_bench(tau_book_cancel)
-    report = ingest_tau_bench(tau_book_cancel, _sf(engine), outcome="reward", end=END)
+    parsed = parse_tau_bench(tau_book_cancel, unit="turn")
+    report = ingest_tau_bench(tau_book_cancel, _sf(engine), outcome="reward", end=END, unit="turn")
     assert report.stored == len(parsed) and report.outcome_mode == "reward"
     reward = {r.run_id: r.metadata["reward"] for r in parsed}
     with engine.connect() as conn:
@@ -167,3 +167,31 @@ def test_reward_outcome_follows_the_episode_reward(engine: Engine, tau_book_canc
         by_exec, by_reward, n = rates[seq]
         assert n >= 15 and by_exec >= 0.9 and by_reward <= 0.4, (seq, rates[seq])
     assert rates["book_reservation"][1] < 0.1
+
+
+def test_ingest_by_conversation_stores_one_run_per_procedure(engine: Engine, tau_subset: Path) -> None:
+    """The default unit: procedures anchored on state-changing calls, with conversation id and segment index."""
+    parsed = parse_tau_bench(tau_subset)
+    assert parsed == parse_tau_bench(tau_subset, unit="conversation")
+    report = ingest_tau_bench(tau_subset, _sf(engine), end=END)
+    assert report.stored == report.new == len(parsed) and not report.rejected
+    cols = workflow_memory.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(cols.id, cols.conversation_id, cols.segment_index, cols.query, cols.tool_sequence).order_by(
+                cols.created_at
+            )
+        ).all()
+    episodes = json.loads(tau_subset.read_text(encoding="utf-8"))
+    with_calls = sum(1 for e in episodes if any(m.get("tool_calls") for m in e["traj"]))
+    assert len(rows) == len(parsed) and len({r.conversation_id for r in rows}) == with_calls < 20
+    for row in rows:
+        assert row.id == f"{row.conversation_id}-s{row.segment_index}"
+        assert "###STOP###" not in row.query
+    # Every segment but a read-only tail ends in its write; the confirmation turn joins the request.
+    intents = {r.run_id: r.metadata["intent"] for r in parsed}
+    for row in rows:
+        last = row.tool_sequence.split(" > ")[-1].rstrip("!")
+        assert intents[row.id] == "read-only" or last == intents[row.id]
+    assert any("\n" in r.query for r in rows)  # procedures span user turns
+    assert ingest_tau_bench(tau_subset, _sf(engine)).already_present == len(parsed)

@@ -199,3 +199,42 @@ def test_004_tenant_updated_index_serves_the_retrieval_cache_stamp(sqlite_engine
     with sqlite_engine.connect() as conn:
         plan = " | ".join(str(r[3]) for r in conn.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
     assert plan == "SEARCH skillbox USING COVERING INDEX ix_skillbox_tenant_updated (agent_id=? AND user_id=?)"
+
+
+def test_upgrade_from_007_keeps_runs_and_tools_and_equals_fresh_install(
+    raw: Engine, db_url: str, tmp_path: Any
+) -> None:
+    """008 adds the conversation columns (NULL on old runs) and the declared-tool flag (NULL = verb rule)."""
+    old = build_metadata(7)
+    with raw.begin() as conn:
+        for mig in MIGRATIONS:
+            if mig.version <= 7:
+                mig.apply(conn)
+        conn.execute(
+            insert(old.tables["agent_tools"]), {"agent_id": "a", "tool_name": "book_flight", "registered_at": utcnow()}
+        )
+        conn.execute(
+            insert(old.tables["workflow_memory"]),
+            {
+                "id": "r1",
+                "agent_id": "a",
+                "user_id": "u",
+                "query": "q",
+                "outcome": "success",
+                "execution_outcome": "success",
+                "outcome_source": "execution",
+                "created_at": utcnow(),
+                "steps": [],
+                "skills_activated": [],
+            },
+        )
+    _record(raw, *(m.version for m in MIGRATIONS if m.version <= 7))
+    assert "008_add_conversations" in migrate(raw)
+    assert snapshot(raw) == _reference(db_url, tmp_path)
+    assert "ix_workflow_memory_conversation" in _index_names(raw, "workflow_memory")
+    with raw.connect() as conn:
+        row = conn.execute(text("SELECT conversation_id, segment_index FROM workflow_memory WHERE id = 'r1'")).one()
+        flag = conn.execute(text("SELECT changes_state FROM agent_tools WHERE tool_name = 'book_flight'")).scalar()
+    assert tuple(row) == (None, None) and flag is None
+    with pytest.raises(IntegrityError), raw.begin() as conn:  # the flag is 0, 1 or NULL
+        conn.execute(text("UPDATE agent_tools SET changes_state = 2"))

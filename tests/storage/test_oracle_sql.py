@@ -438,3 +438,29 @@ def test_cli_prints_the_oracle_files_in_order() -> None:
     heads = re.findall(r"^-- ===== (\S+) =====$", result.output, re.M)
     assert heads == [f"{n}.sql" for n in NAMES]
     assert "create vector index ix_skill_vectors_embedding" in result.output
+
+
+@pytest.mark.parametrize("hand_added", [False, True])
+def test_python_oracle_migration_008_matches_the_sql_file(monkeypatch: pytest.MonkeyPatch, hand_added: bool) -> None:
+    """``skillflow migrate`` on Oracle and sql/oracle/008 build the same level-8 schema, also over a column a DBA
+    added by hand (without its check constraint), and a re-run executes nothing."""
+    conn = _SimulatedOracleConn(_run(7))
+    if hand_added:
+        apply(conn.schema, "alter table agent_tools add (changes_state smallint)")
+    tables = conn.schema.tables
+    monkeypatch.setattr(migrations, "_has_index", lambda _conn, table, name: name in conn.schema.indexes)
+    monkeypatch.setattr(migrations, "_has_column", lambda _conn, table, column: column in tables[table].columns)
+    monkeypatch.setattr(migrations, "_has_check", lambda _conn, table, name: name in tables[table].constraints)
+    migrations._m008(conn)  # type: ignore[arg-type]
+    assert len(conn.executed) == (4 if hand_added else 5)
+    migrations._m008(conn)  # type: ignore[arg-type]
+    assert len(conn.executed) == (4 if hand_added else 5)
+    by_file = run_script(_texts(8)[-1], _run(7))
+    assert (conn.schema.tables, conn.schema.indexes) == (by_file.tables, by_file.indexes)
+    assert conn.schema.tables == _run(8).tables
+    assert by_file.indexes["ix_workflow_memory_conversation"] == (
+        "workflow_memory",
+        ("agent_id", "user_id", "conversation_id"),
+        "btree",
+    )
+    assert tables["agent_tools"].constraints["ck_agent_tools_changes_state"] == "check"

@@ -276,7 +276,7 @@ def test_tau_bench_reward_outcomes_promote_no_class_below_a_gate(
 
     cfg = config(require_shadow=True, max_promotions_per_cycle=20)
     sf = Skillflow(agent_id="tau-bench-airline", engine=sqlite_engine, config=cfg)
-    ingest_tau_bench(tau_bench_path, sf, outcome=outcome)  # type: ignore[arg-type]
+    ingest_tau_bench(tau_bench_path, sf, outcome=outcome, unit="turn")  # type: ignore[arg-type]
     report = run_partition(sqlite_engine, "tau-bench-airline", "shared", cfg, dry_run=True)
     with sqlite_engine.connect() as conn:
         cancel = conn.execute(

@@ -116,7 +116,8 @@ def test_an_edit_that_breaks_the_procedure_is_refused_by_the_judge(engine: Engin
     with pytest.raises(EditRefused) as refused:
         edit_skill(engine, sid, swapped, editor="alice", config=sf.config)
     assert any(r.startswith("judge:") for r in refused.value.reasons)
-    assert current_revision(engine.connect(), sid) == 1
+    with engine.connect() as conn:
+        assert current_revision(conn, sid) == 1
 
 
 def test_diff_and_history(engine: Engine) -> None:

@@ -40,6 +40,7 @@ def test_exactly_at_every_threshold_is_eligible() -> None:
     assert result.eligible and result.reasons == []
     assert result.checks == {
         "not_covered": True,
+        "not_trivial": True,
         "executions": True,
         "success_rate": True,
         "unknown_share": True,
@@ -69,6 +70,7 @@ def test_first_failure_wins_but_every_check_is_computed() -> None:
     assert result.reasons == ["executions 3 < 5"]
     assert result.checks == {
         "not_covered": True,
+        "not_trivial": True,
         "executions": False,
         "success_rate": False,
         "unknown_share": True,
@@ -103,3 +105,27 @@ def test_unknown_share_gate_is_inclusive_and_reported() -> None:
     result = evaluate_gates(over, CFG, NOW, live_skill=False)
     assert result.reasons == ["unknown_share 0.27 > 0.2"]
     assert [k for k, v in result.checks.items() if not v] == ["unknown_share"]
+
+
+def test_a_single_read_only_call_is_trivial_unless_allowed_or_declared() -> None:
+    from dataclasses import replace
+
+    from skillflow.promotion.gates import TRIVIAL
+
+    lookup = replace(stats(), tool_sequence="get_user_details")
+    result = evaluate_gates(lookup, CFG, NOW, live_skill=False)
+    assert result.reasons == [TRIVIAL] == ["trivial: a single read-only call"]
+    assert [k for k, v in result.checks.items() if not v] == ["not_trivial"]
+    assert evaluate_gates(replace(lookup, tool_sequence="get_user_details!"), CFG, NOW, live_skill=False).reasons == [
+        TRIVIAL
+    ]
+    allowed = PromotionConfig(promote_trivial_classes=True)
+    assert evaluate_gates(lookup, allowed, NOW, live_skill=False).eligible
+    # A declared flag beats the verb: a "get" tool that writes is a procedure, a "send" tool that reads is not.
+    assert evaluate_gates(lookup, CFG, NOW, live_skill=False, declared={"get_user_details": True}).eligible
+    preview = replace(stats(), tool_sequence="send_preview")
+    assert evaluate_gates(preview, CFG, NOW, live_skill=False).eligible
+    assert evaluate_gates(preview, CFG, NOW, False, {"send_preview": False}).reasons == [TRIVIAL]
+    # One write, or a lookup followed by anything, is a procedure.
+    for sequence in ("cancel_reservation", "get_user_details > get_reservation_details", "get_a > think"):
+        assert evaluate_gates(replace(stats(), tool_sequence=sequence), CFG, NOW, live_skill=False).eligible

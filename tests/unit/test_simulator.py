@@ -176,7 +176,8 @@ def test_skills_for_query_steers_the_procedure(engine: Engine) -> None:
     assert all(r["skills_activated"] == [] for r in _rows(engine))  # only ACTIVE skills are kept by capture
 
 
-def test_simulate_command(db_url: str) -> None:
+def test_simulate_command(engine: Engine) -> None:
+    db_url = engine.url.render_as_string(hide_password=False)  # simulate never migrates: the fixture did
     result = CliRunner().invoke(
         app,
         [

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -45,6 +46,11 @@ def bench_retrieval(
             "--filler", help="Latency skills: random (worst case, unprunable) or text (one realistic domain)."
         ),
     ] = "random",
+    tau_bench: Annotated[
+        str,
+        typer.Option("--tau-bench", help="τ-bench airline JSON for the applicability section ('' skips it)."),
+    ] = "/work/shared/corpora/tau-bench/gpt-4o-airline.json",
+    prepare_probes: Annotated[int, typer.Option("--prepare-probes", min=0, help="Timed prepare() calls.")] = 60,
     json: JsonOption = False,
 ) -> None:
     """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
@@ -69,8 +75,12 @@ def bench_retrieval(
         progress=say,
         filler=filler,
     )
+    app_result, prepare_ms = _applicability(tau_bench, embedder, threshold, prepare_probes, say)
     if json:
-        print_json(result.as_dict())
+        doc = result.as_dict()
+        doc["applicability"] = app_result.as_dict() if app_result else None
+        doc["prepare_ms"] = prepare_ms
+        print_json(doc)
         return
     lat = Table(title=f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)")
     for col in ("skills", "vectors", "p50 ms", "p95 ms", "floor p50", "floor p95", "cold load ms"):
@@ -94,3 +104,54 @@ def bench_retrieval(
             f"{p.wrong_skill_rate:.3f}", f"{p.miss_rate:.3f}", oop,
         )  # fmt: skip
     console.print(prec)
+    _print_applicability(app_result, prepare_ms)
+
+
+def _applicability(
+    path: str, embedder_name: str, threshold: float, probes: int, say: Callable[[str], None]
+) -> tuple[Any, dict[str, float] | None]:
+    """The τ-bench applicability section (5-fold CV grouped by task) and prepare() timing; skipped when absent."""
+    from pathlib import Path
+
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.kernel.config import load_promotion_config
+    from skillflow.lab.bench.applicability_bench import run_tau_bench, tau_segments, time_prepare
+    from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+
+    if not path:
+        return None, None
+    emb = CachedEmbedder(get_embedder(embedder_name))
+    config = load_promotion_config()
+    result = run_tau_bench(Path(path), emb, config, threshold, say)
+    if result is None or probes <= 0:
+        return result, None
+    p50, p95, injected = time_prepare(tau_segments(Path(path)), get_embedder(embedder_name), config, probes)
+    return result, {"p50": p50, "p95": p95, "probes": probes, "injected": injected}
+
+
+def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> None:
+    if result is None:
+        console.print("[yellow]τ-bench applicability skipped (corpus file not found)[/yellow]")
+        return
+    table = Table(title=f"{result.corpus}: {result.segments} segments, {result.folds}-fold CV grouped by task")
+    for col in ("rule", "level", "hit@1", "wrong", "miss", "false-injection", "P / N"):
+        table.add_column(col, justify="right")
+    names = {
+        "fitted": "fitted (product)",
+        "fixed": f"fixed {result.threshold} (before)",
+        "ceiling": "no-abstention ceiling",
+    }
+    for row, levels in result.rows.items():
+        for level, r in levels.items():
+            table.add_row(
+                names[row], level, f"{r.hit:.3f}", f"{r.wrong:.3f}", f"{r.miss:.3f}", f"{r.false:.3f}", f"{r.P} / {r.N}"
+            )
+    console.print(table)
+    console.print(f"decide() after embedding: p50 {result.decide_p50_ms:.3f} ms, p95 {result.decide_p95_ms:.3f} ms")
+    for f in result.fitted:
+        console.print(f"  fold {f['fold']}: skills={f['skills']} view={f['view']} margin={f['margin']} {f['reason']}")
+    if prepare_ms:
+        console.print(
+            f"prepare() as a whole (embedding included, {prepare_ms['probes']} calls): "
+            f"p50 {prepare_ms['p50']:.1f} ms, p95 {prepare_ms['p95']:.1f} ms"
+        )

@@ -31,6 +31,11 @@ class Source(enum.StrEnum):
     API_BANK = "api-bank"
 
 
+class UnitOption(enum.StrEnum):
+    CONVERSATION = "conversation"
+    TURN = "turn"
+
+
 class Outcome(enum.StrEnum):
     EXECUTION = "execution"
     REWARD = "reward"
@@ -82,6 +87,14 @@ def ingest(
         Outcome,
         typer.Option("--outcome", help="execution: the tool-loop outcome; reward: the corpus label via an evaluator."),
     ] = Outcome.EXECUTION,
+    unit: Annotated[
+        UnitOption | None,
+        typer.Option(
+            "--unit",
+            help="tau-bench only: conversation (default; one run per procedure anchored on state-changing calls) "
+            "or turn (one run per user turn).",
+        ),
+    ] = None,
     db: DbOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -91,12 +104,16 @@ def ingest(
     """
     if source is Source.API_BANK and outcome is Outcome.REWARD:
         fail("api-bank has no success labels; use --outcome execution")
+    if unit is not None and source is not Source.TAU_BENCH:
+        fail(f"--unit applies to tau-bench only; {source.value} runs are one per sample")
     sf = Skillflow(agent_id=agent_id or DEFAULT_AGENTS[source], engine=engine_for(db))
     report: IngestReport
     try:
         with progress_bar(f"ingest {source.value}", enabled=not as_json) as update:
             if source is Source.TAU_BENCH:
-                report = tau_bench.ingest_tau_bench(path, sf, outcome.value, user_id, progress=update)
+                report = tau_bench.ingest_tau_bench(
+                    path, sf, outcome.value, user_id, progress=update, unit=(unit or UnitOption.CONVERSATION).value
+                )
             elif source is Source.TOOLBENCH:
                 report = toolbench.ingest_toolbench(path, sf, outcome.value, user_id, progress=update)
             else:

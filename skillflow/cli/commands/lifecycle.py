@@ -87,6 +87,10 @@ def activate_cmd(
         str | None,
         typer.Option("--role", help="Injection authority: user or developer (default: the skill's stored role)."),
     ] = None,
+    revision: Annotated[
+        int | None,
+        typer.Option("--revision", min=1, help="The revision you reviewed: refused if the skill was edited since."),
+    ] = None,
     actor: ActorOption = None,
     db: DbOption = None,
     json: JsonOption = False,
@@ -100,7 +104,9 @@ def activate_cmd(
         None if role is None else ("developer" if role == "developer" else "user")
     )
     try:
-        skill = activate_skill(engine, full, chosen, actor=_actor(actor), config=load_promotion_config())
+        skill = activate_skill(
+            engine, full, chosen, actor=_actor(actor), config=load_promotion_config(), revision=revision
+        )
     except ActivationRefused as exc:
         fail("activation refused: " + "; ".join(exc.reasons))
         return

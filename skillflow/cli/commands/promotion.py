@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json as jsonlib
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -281,6 +282,9 @@ def show_cmd(
     skill_id: Annotated[str, typer.Argument(help="Skill id (or a unique prefix).")],
     db: DbOption = None,
     json: JsonOption = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write the review page with its charts as one HTML file.")
+    ] = None,
 ) -> None:
     """Show one skill: its SKILL.md and evidence (source class stats, validation checks, lifecycle events)."""
     from skillflow.storage.aggregate import aggregate_classes
@@ -299,6 +303,14 @@ def show_cmd(
                 select(skill_events).where(skill_events.c.skill_id == skill.id).order_by(skill_events.c.created_at)
             ).mappings()
         )
+    if html is not None:
+        from skillflow.kernel.config import load_promotion_config
+        from skillflow.lifecycle.review import gather_evidence, render_html
+
+        page = render_html(gather_evidence(engine, skill.id, load_promotion_config()))
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(page, encoding="utf-8")
+        console.print(f"review page: {html.resolve()}")
     engine.dispose()
     klass = current[0].__dict__ if current else None
     if json:

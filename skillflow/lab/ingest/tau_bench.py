@@ -1,9 +1,11 @@
-"""τ-bench historical trajectories → one run per user turn.
+"""τ-bench historical trajectories → one run per procedure (default) or per user turn.
 
-A user turn is a ``user`` message plus the assistant and tool messages up to the next user message; its
-steps are the tool calls the assistant made in that span, each paired with the message that directly
-follows it (call ids are not unique within a conversation). Turns without a tool call are recorded too;
-they have no trajectory identity.
+``unit="conversation"`` (the default) segments each conversation into procedures anchored on state-changing
+calls (:func:`skillflow.capture.segments.segment_conversation`, tool-name verb rule): the runs carry the
+conversation id and segment index. ``unit="turn"`` keeps the per-user-turn unit: a user turn is a ``user``
+message plus the assistant and tool messages up to the next user message; its steps are the tool calls the
+assistant made in that span, each paired with the message that directly follows it (call ids are not unique
+within a conversation). Turns without a tool call are recorded too; they have no trajectory identity.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from skillflow.capture.segments import segment_conversation
 from skillflow.kernel.models import RunInput, Step
 from skillflow.lab.ingest.common import (
     DEFAULT_USER_ID,
@@ -30,6 +33,7 @@ from skillflow.lab.ingest.common import (
 )
 from skillflow.runtime import Skillflow
 
+Unit = Literal["conversation", "turn"]
 DEFAULT_AGENT_ID = "tau-bench-airline"
 STOP_MARKER = "###STOP###"
 ERROR_PREFIX = "Error: "
@@ -65,18 +69,60 @@ def _turns(traj: list[Mapping[str, Any]]) -> Iterator[tuple[str, list[Step]]]:
         yield query, steps
 
 
-def parse_tau_bench(path: Path, agent_id: str = DEFAULT_AGENT_ID, user_id: str = DEFAULT_USER_ID) -> list[RunInput]:
-    """Every user turn of every conversation, in file order, as a run without ``created_at``.
+def _segments(episode: Mapping[str, Any], agent_id: str, user_id: str) -> list[RunInput]:
+    """One run per procedure of an episode: id ``tau-{task}-{trial}-s{index}``, conversation ``tau-{task}-{trial}``."""
+    traj = [
+        {**m, "content": str(m.get("content") or "").replace(STOP_MARKER, "").strip()} if m.get("role") == "user" else m
+        for m in episode.get("traj") or []
+    ]
+    task = (episode.get("info") or {}).get("task") or {}
+    conversation = f"tau-{episode.get('task_id')}-{episode.get('trial')}"
+    runs = []
+    for seg in segment_conversation(traj):
+        steps = tuple(
+            replace(s, error_class=s.error_class or error_class_for(s.error)) if s.error else s for s in seg.steps
+        )
+        runs.append(
+            RunInput(
+                query=seg.query,
+                agent_id=agent_id,
+                user_id=user_id,
+                steps=steps,
+                run_id=f"{conversation}-s{seg.index}",
+                conversation_id=conversation,
+                segment_index=seg.index,
+                metadata={
+                    "source": "tau-bench",
+                    "task_id": episode.get("task_id"),
+                    "trial": episode.get("trial"),
+                    "segment": seg.index,
+                    "intent": seg.intent,
+                    "customer_id": task.get("user_id"),
+                    "reward": episode.get("reward"),
+                },
+            )
+        )
+    return runs
 
-    The run id is ``tau-{task_id}-{trial}-{turn}`` (re-ingesting converges). The simulated customer's id,
-    the task, trial, turn index and episode reward go to run metadata; the query is the user's message
-    with the simulator's ``###STOP###`` marker removed.
+
+def parse_tau_bench(
+    path: Path, agent_id: str = DEFAULT_AGENT_ID, user_id: str = DEFAULT_USER_ID, unit: Unit = "conversation"
+) -> list[RunInput]:
+    """Every procedure (``unit="conversation"``) or user turn of every conversation, in file order, as runs
+    without ``created_at``.
+
+    Per procedure see :func:`_segments`. Per turn, the run id is ``tau-{task_id}-{trial}-{turn}`` (re-ingesting
+    converges). The simulated customer's id, the task, trial, turn index and episode reward go to run metadata;
+    the query is the user's message with the simulator's ``###STOP###`` marker removed.
     """
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise ValueError("a τ-bench trajectory file is a JSON array of runs")
     runs: list[RunInput] = []
     for episode in data:
+        if unit == "conversation":
+            runs.extend(_segments(episode, agent_id, user_id))
+            continue
         task = (episode.get("info") or {}).get("task") or {}
         for turn, (query, steps) in enumerate(_turns(episode.get("traj") or [])):
             runs.append(
@@ -106,9 +152,10 @@ def ingest_tau_bench(
     user_id: str = DEFAULT_USER_ID,
     end: datetime | None = None,
     progress: Progress | None = None,
+    unit: Unit = "conversation",
 ) -> IngestReport:
     """Parse and store a τ-bench file through ``sf``; ``outcome="reward"`` applies the episode reward."""
-    runs = with_timestamps(parse_tau_bench(path, sf.agent_id, user_id), end)
+    runs = with_timestamps(parse_tau_bench(path, sf.agent_id, user_id, unit), end)
     writer = replace(sf, workflow_outcome_evaluator=reward_evaluator if outcome == "reward" else None)
     tools = {s.tool for r in runs for s in r.steps}
     report = IngestReport("tau-bench", sf.agent_id, user_id, outcome)

@@ -1,0 +1,185 @@
+"""A conversation (OpenAI chat messages) → procedures anchored on state-changing calls (docs/guide/runtime.md).
+
+A segment is every tool call since the previous state-changing call up to and including the next one, across
+user turns; its query is the user messages since the previous segment closed, up to that call, joined with
+``"\\n"``. A failed write the agent retries with the same tool next (no-op tools skipped) does not close the
+segment: the retry does. Calls after the last write form one ``read-only`` segment whose query is the user
+messages before its last call; a conversation without a tool call has no segment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from skillflow.kernel.models import Step
+from skillflow.kernel.state import NOOP_TOOLS, READ_VERBS, WRITE_VERBS, changes_state, verb
+
+__all__ = [
+    "NO_RESULT",
+    "READ_ONLY",
+    "READ_VERBS",
+    "WRITE_VERBS",
+    "ConversationError",
+    "Segment",
+    "changes_state",
+    "segment_conversation",
+    "segment_run_id",
+    "verb",
+]
+
+READ_ONLY = "read-only"
+NO_RESULT = "no tool result recorded"
+ERROR_PREFIX = "Error"
+MAX_MESSAGES = 5000
+
+
+class ConversationError(ValueError):
+    """A conversation that cannot be read; the message names the position, never a value."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One procedure of a conversation: its user messages, its calls, the write it ends with, its position."""
+
+    query: str
+    steps: list[Step]
+    intent: str  # the closing state-changing tool, or READ_ONLY
+    index: int
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or the text parts of an OpenAI content list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
+        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        return "\n".join(p for p in parts if isinstance(p, str))
+    return str(content)
+
+
+def _arguments(raw: Any) -> Any:
+    if raw is None:
+        return {}
+    if not isinstance(raw, str):
+        return raw
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"_raw": raw}  # a broken call stays visible in the signature (argument shape ["_raw"])
+
+
+def _result(message: Mapping[str, Any] | None) -> tuple[Any, str | None, str | None]:
+    """(result, error, error_class) of a tool message; a missing message is an error of its own."""
+    if message is None:
+        return None, NO_RESULT, "Error:no_result"
+    if message.get("error") not in (None, ""):
+        return None, _text(message.get("error")), None
+    content = message.get("content")
+    text = _text(content)
+    if text.startswith(ERROR_PREFIX):
+        return None, text, None
+    if isinstance(content, str):
+        try:
+            return json.loads(content), None, None
+        except ValueError:
+            return content, None, None
+    if isinstance(content, list):  # OpenAI content parts
+        return text, None, None
+    return content, None, None
+
+
+def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
+    """Ordered events: ``("user", i, text)`` and ``("call", i, Step)``, each call paired with its tool message."""
+    events: list[tuple[str, int, Any]] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ConversationError(f"messages[{i}] must be a mapping")
+        role = message.get("role")
+        if role == "user":
+            events.append(("user", i, _text(message.get("content"))))
+            continue
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if not calls:
+            continue
+        if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
+            raise ConversationError(f"messages[{i}].tool_calls must be a list")
+        replies: list[Mapping[str, Any]] = []
+        for later in messages[i + 1 :]:
+            if not isinstance(later, Mapping) or later.get("role") != "tool":
+                break
+            replies.append(later)
+        by_id = {r.get("tool_call_id"): r for r in replies if r.get("tool_call_id") not in (None, "")}
+        for j, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, Mapping) else None
+            name = function.get("name") if isinstance(function, Mapping) else None
+            if not isinstance(name, str) or not name.strip():
+                raise ConversationError(f"messages[{i}].tool_calls[{j}] has no function name")
+            assert isinstance(function, Mapping)
+            call_id = call.get("id")
+            reply = by_id.get(call_id) if call_id not in (None, "") and len(by_id) == len(replies) else None
+            if reply is None and j < len(replies):
+                reply = replies[j]  # ids missing or not unique (τ-bench): the tool messages in call order
+            result, error, error_class = _result(reply)
+            step = Step(name.strip(), _arguments(function.get("arguments")), result, error, error_class)
+            events.append(("call", i, step))
+    return events
+
+
+def segment_conversation(
+    messages: Sequence[Mapping[str, Any]], declared: Mapping[str, bool] | None = None, *, complete: bool = True
+) -> list[Segment]:
+    """The procedures of a conversation, in order (see the module docstring).
+
+    ``declared`` maps tool names to whether they change state (else the verb rule of
+    :func:`skillflow.kernel.state.changes_state`). With ``complete=False`` (a conversation still going on) the
+    open tail is left out: the trailing read-only calls, and a failed last write the agent may still retry.
+    Raises :class:`ConversationError` on input it cannot read.
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        raise ConversationError("messages must be a list of chat messages")
+    if len(messages) > MAX_MESSAGES:
+        raise ConversationError(f"a conversation holds at most {MAX_MESSAGES} messages")
+    events = _calls(messages)
+    calls_only = [e[2] for e in events if e[0] == "call"]
+    segments: list[Segment] = []
+    steps: list[Step] = []
+    queries: list[str] = []
+    users_at_last_call = 0
+    seen_calls = 0
+    for kind, _, value in events:
+        if kind == "user":
+            queries.append(str(value))
+            continue
+        assert isinstance(value, Step)
+        step = value
+        seen_calls += 1
+        steps.append(step)
+        users_at_last_call = len(queries)
+        if not changes_state(step.tool, declared):
+            continue
+        following = [s for s in calls_only[seen_calls:] if s.tool not in NOOP_TOOLS]
+        if step.errored and following and following[0].tool == step.tool:
+            continue  # a failed write retried with the same tool: the retry closes the segment
+        if step.errored and not following and not complete:
+            break  # the agent may still retry it
+        segments.append(Segment("\n".join(queries), steps, step.tool, len(segments)))
+        steps, queries = [], []
+    else:
+        if steps and complete:
+            # The probe moment of a read-only segment is just before its last call.
+            segments.append(Segment("\n".join(queries[:users_at_last_call]), steps, READ_ONLY, len(segments)))
+    return segments
+
+
+def segment_run_id(agent_id: str, user_id: str, conversation_id: str, index: int) -> str:
+    """The deterministic run id of segment ``index`` of a tenant's conversation (re-recording converges)."""
+    digest = hashlib.sha256(f"{agent_id}\x00{user_id}\x00{conversation_id}".encode("utf-8", "surrogatepass"))
+    return f"conv-{digest.hexdigest()[:40]}-{index}"

@@ -1,0 +1,234 @@
+"""A tenant's stored applicability rule: the live-skill fingerprint, save/load, and the cached current rule.
+
+The rule (:mod:`skillflow.injection.calibration`) is fitted by every promotion cycle and stored with the
+fingerprint of the live (ACTIVE) skills it was fitted for. At request time the fingerprint of today's live
+skills is compared with the stored one: a rule fitted for another skill set is never applied — the
+request gets no skill until the next cycle refits (fail safe). A tenant no cycle has calibrated yet has no
+rule at all, and keeps the configured fixed threshold.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, Engine, delete, func, insert, select
+
+from skillflow.injection.calibration import NEVER, READ_ONLY, LiveSkill, Rule
+from skillflow.kernel.models import SkillStatus, utcnow
+from skillflow.kernel.state import changes_state
+from skillflow.storage.schema import applicability_rules, skillbox, workflow_memory
+
+
+def intent_of(procedure: Sequence[str], declared: Mapping[str, bool] | None = None) -> str:
+    """The state-changing call a procedure ends in, or ``read-only``."""
+    return procedure[-1] if procedure and changes_state(procedure[-1], declared) else READ_ONLY
+
+
+def parse_sequence(tool_sequence: str | None) -> tuple[str, ...]:
+    """``a > b! > c`` (canonical.tool_sequence) → ``("a", "b", "c")``."""
+    return tuple(t.strip().rstrip("!") for t in (tool_sequence or "").split(">") if t.strip())
+
+
+def live_skills(
+    conn: Connection, agent_id: str, user_id: str, declared: Mapping[str, bool] | None = None
+) -> list[LiveSkill]:
+    """The tenant's ACTIVE skills with their procedure (from a run of their class), intent and rank."""
+    rows = conn.execute(
+        select(skillbox.c.id, skillbox.c.canonical_hash, skillbox.c.baseline)
+        .where(
+            skillbox.c.agent_id == agent_id,
+            skillbox.c.user_id == user_id,
+            skillbox.c.status == SkillStatus.ACTIVE.value,
+        )
+        .order_by(skillbox.c.id)
+    ).all()
+    out: list[LiveSkill] = []
+    for sid, chash, baseline in rows:
+        seq = conn.execute(
+            select(workflow_memory.c.tool_sequence)
+            .where(
+                workflow_memory.c.agent_id == agent_id,
+                workflow_memory.c.user_id == user_id,
+                workflow_memory.c.canonical_hash == chash,
+            )
+            .order_by(workflow_memory.c.created_at.desc())
+            .limit(1)
+        ).scalar()
+        proc = parse_sequence(seq)
+        b = baseline if isinstance(baseline, Mapping) else {}
+        rank = (float(b.get("success_rate") or 0.0), float(b.get("executions") or 0))
+        out.append(LiveSkill(str(sid), str(chash), intent_of(proc, declared), proc, rank))
+    return out
+
+
+def fingerprint(conn: Connection, agent_id: str, user_id: str, model_id: str) -> str:
+    """sha256 over the tenant's ACTIVE (id, version, class) and the embedding model."""
+    rows = conn.execute(
+        select(skillbox.c.id, skillbox.c.version, skillbox.c.canonical_hash)
+        .where(
+            skillbox.c.agent_id == agent_id,
+            skillbox.c.user_id == user_id,
+            skillbox.c.status == SkillStatus.ACTIVE.value,
+        )
+        .order_by(skillbox.c.id)
+    ).all()
+    text = model_id + "\n" + "\n".join(f"{r[0]}:{r[1]}:{r[2]}" for r in rows)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def rule_document(rule: Rule) -> dict[str, Any]:
+    """The JSON form stored in ``applicability_rules.rule`` (vectors as base64 float32)."""
+    return {
+        "view": rule.view,
+        "margin": rule.margin,
+        "floors": {k: (None if v == NEVER else v) for k, v in rule.floors.items()},
+        "lower_bound": rule.lower_bound,
+        "labels": rule.labels,
+        "dim": int(rule.exemplars.shape[1]) if rule.exemplars.ndim == 2 else 0,
+        "exemplars": base64.b64encode(np.ascontiguousarray(rule.exemplars, np.float32).tobytes()).decode(),
+        "exemplar_labels": [int(x) for x in rule.exemplar_labels],
+        "skills": [
+            {
+                "id": s.skill_id,
+                "hash": s.canonical_hash,
+                "intent": s.intent,
+                "procedure": list(s.procedure),
+                "rank": list(s.rank),
+            }
+            for s in rule.skills
+        ],
+        "tools_before": rule.tools_before,
+        "reason": rule.reason,
+        "inner": rule.inner,
+    }
+
+
+def rule_from_document(doc: Mapping[str, Any]) -> Rule:
+    dim = int(doc.get("dim") or 0)
+    raw = np.frombuffer(base64.b64decode(doc.get("exemplars") or ""), dtype=np.float32)
+    return Rule(
+        view=doc.get("view"),
+        margin=float(doc.get("margin") or 0.0),
+        floors={k: (NEVER if v is None else float(v)) for k, v in (doc.get("floors") or {}).items()},
+        lower_bound=float(doc.get("lower_bound") or 0.0),
+        labels=list(doc.get("labels") or []),
+        exemplars=raw.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32),
+        exemplar_labels=np.asarray(doc.get("exemplar_labels") or [], dtype=np.int64),
+        skills=[
+            LiveSkill(s["id"], s["hash"], s["intent"], tuple(s["procedure"]), tuple(s.get("rank") or ()))
+            for s in doc.get("skills") or []
+        ],
+        tools_before={k: list(v) for k, v in (doc.get("tools_before") or {}).items()},
+        reason=str(doc.get("reason") or ""),
+        inner=dict(doc.get("inner") or {}),
+    )
+
+
+def save_rule(conn: Connection, agent_id: str, user_id: str, fp: str, model_id: str, rule: Rule, cycle: int) -> None:
+    """Replace the tenant's rule (delete + insert: a re-run converges to the same row)."""
+    conn.execute(
+        delete(applicability_rules).where(
+            applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id
+        )
+    )
+    conn.execute(
+        insert(applicability_rules).values(
+            agent_id=agent_id,
+            user_id=user_id,
+            fingerprint=fp,
+            model_id=model_id,
+            rule_view=rule.view,
+            cycle=cycle,
+            fitted_at=utcnow(),
+            rule=rule_document(rule),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Stored:
+    fingerprint: str
+    model_id: str
+    fitted_at: datetime
+    rule: Rule
+
+
+def load_rule(conn: Connection, agent_id: str, user_id: str) -> Stored | None:
+    row = conn.execute(
+        select(
+            applicability_rules.c.fingerprint,
+            applicability_rules.c.model_id,
+            applicability_rules.c.fitted_at,
+            applicability_rules.c.rule,
+        ).where(applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id)
+    ).first()
+    if row is None:
+        return None
+    return Stored(row[0], row[1], row[2], rule_from_document(row[3]))
+
+
+UNCALIBRATED = "uncalibrated"
+STALE = "stale"
+CURRENT = "current"
+
+
+@dataclass(frozen=True)
+class TenantRule:
+    """What applies to a tenant now: ``current`` (``rule`` set), ``stale`` (inject nothing), ``uncalibrated``."""
+
+    state: str
+    rule: Rule | None = None
+
+
+class _Cache:
+    """Per (engine, tenant, model) rule state, versioned by the skills' newest ``updated_at`` and the rule's."""
+
+    def __init__(self) -> None:
+        self._data: weakref.WeakKeyDictionary[Engine, dict[tuple[str, str, str], tuple[Any, TenantRule]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def current(self, conn: Connection, agent_id: str, user_id: str, model_id: str) -> TenantRule:
+        stamp = (
+            conn.execute(
+                select(func.max(skillbox.c.updated_at)).where(
+                    skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id
+                )
+            ).scalar(),
+            conn.execute(
+                select(applicability_rules.c.fitted_at).where(
+                    applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id
+                )
+            ).scalar(),
+        )
+        key = (agent_id, user_id, model_id)
+        with self._lock:
+            hit = self._data.get(conn.engine, {}).get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        stored = load_rule(conn, agent_id, user_id)
+        if stored is None:
+            value = TenantRule(UNCALIBRATED)
+        elif stored.model_id != model_id or stored.fingerprint != fingerprint(conn, agent_id, user_id, model_id):
+            value = TenantRule(STALE)
+        else:
+            value = TenantRule(CURRENT, stored.rule)
+        with self._lock:
+            self._data.setdefault(conn.engine, {})[key] = (stamp, value)
+        return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+RULES = _Cache()

@@ -1,0 +1,343 @@
+"""Self-calibrated applicability: fit a tenant's injection rule on its own history, and apply it (pure numpy).
+
+The rule (docs/guide/runtime.md, "Which skill, or none") decides *which intent* a request belongs to — the
+state-changing call its procedure ends in, or ``read-only`` — and then *which live skill* of that intent
+to inject. Every request of the history is an exemplar labelled with its intent when that intent has a
+live skill, else with ``NONE``: the tenant's own requests no skill answers compete with the skills, so a
+request that merely resembles them loses to its true neighbours. Classes ending in the same write form one
+intent; within it the skill whose procedure continues the calls already made wins (ties: the best
+performing one, the intent's champion), and an intent whose procedures contradict those calls is never
+chosen. The fit is a grouped cross-validation on the history (groups = conversations, never single runs):
+it chooses the view, a margin over the runner-up label (``NONE`` included) and a similarity floor per
+intent so that the inner-CV wrong and false injections stay within budget while hits are maximised.
+Injecting nothing is always feasible, and is what the rule does until the history supports more.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NONE = "__none__"
+READ_ONLY = "read-only"
+NEVER = float("inf")
+MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
+MIN_INTENT_CANDIDATES = 5  # an intent gets its own floor only with this many inner-CV candidates
+
+
+@dataclass(frozen=True)
+class Example:
+    """One request of the history at its probe moment: its views' vectors, intent, class and prior calls."""
+
+    group: str  # conversation id (or the run id of a standalone run)
+    intent: str
+    klass: str
+    vectors: Mapping[str, np.ndarray]  # view name -> unit vector
+    prefix: tuple[str, ...] = ()  # tools called before its state-changing call, in order
+
+
+@dataclass(frozen=True)
+class LiveSkill:
+    """A live skill as the rule sees it: its intent, its procedure (tool names, write last) and its rank."""
+
+    skill_id: str
+    canonical_hash: str
+    intent: str
+    procedure: tuple[str, ...]
+    rank: tuple[float, ...] = ()  # higher is better: (success rate, executions)
+
+    def continues(self, prefix: Sequence[str]) -> bool:
+        """Whether the calls already made are the start of this procedure."""
+        return tuple(self.procedure[: len(prefix)]) == tuple(prefix)
+
+
+@dataclass(frozen=True)
+class Budget:
+    wrong: float = 0.02
+    false: float = 0.03
+    min_negatives: int = 10
+    folds: int = 5
+    seed: int = 1
+
+
+@dataclass
+class Rule:
+    """A fitted decision rule; ``view is None`` (or no floors) means inject nothing."""
+
+    view: str | None
+    margin: float
+    floors: dict[str, float]
+    lower_bound: float
+    labels: list[str]
+    exemplars: np.ndarray  # float32 (n, dim), rows grouped by label index
+    exemplar_labels: np.ndarray  # int label index per row (sorted)
+    skills: list[LiveSkill]
+    tools_before: dict[str, list[str]]
+    reason: str = ""
+    inner: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def injects(self) -> bool:
+        return self.view is not None and any(np.isfinite(f) for f in self.floors.values())
+
+
+@dataclass(frozen=True)
+class Decision:
+    skill_id: str | None
+    intent: str | None
+    score: float
+    runner_up: float
+    reason: str
+
+
+def champion(skills: Sequence[LiveSkill], prefix: Sequence[str]) -> LiveSkill | None:
+    """The best-ranked skill whose procedure continues ``prefix`` (None: every procedure contradicts it)."""
+    cont = [s for s in skills if s.continues(prefix)]
+    return max(cont, key=lambda s: (s.rank, s.skill_id)) if cont else None
+
+
+class _Index:
+    """Exemplars labelled by intent (or NONE), grouped by label for one ``maximum.reduceat``."""
+
+    def __init__(self, labels: list[str], vecs: np.ndarray, lab: list[str]) -> None:
+        self.labels = labels
+        lid = {name: i for i, name in enumerate(labels)}
+        ids = np.asarray([lid[x] for x in lab], dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        self.vecs = np.ascontiguousarray(vecs[order], dtype=np.float32)
+        self.lab = ids[order]
+        self.starts = np.searchsorted(self.lab, np.arange(len(labels)))
+        self.present = np.isin(np.arange(len(labels)), self.lab)
+
+    def best(self, q: np.ndarray) -> np.ndarray:
+        out = np.full(len(self.labels), -np.inf)
+        if self.vecs.shape[0]:
+            sims = self.vecs @ np.asarray(q, dtype=np.float32)
+            out[self.present] = np.maximum.reduceat(sims, self.starts[self.present])
+        return out
+
+
+def _score(
+    index: _Index,
+    q: np.ndarray,
+    prefix: Sequence[str],
+    by_intent: Mapping[str, list[LiveSkill]],
+    tools_before: Mapping[str, set[str]],
+) -> tuple[str, float, float, LiveSkill | None]:
+    """(best label, its score, best other label's score, skill continuing the prefix or None)."""
+    best = index.best(q)
+    done = set(prefix)
+    for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
+        if label != NONE and done and not done <= tools_before.get(label, set()):
+            best[i] = -np.inf
+    order = np.argsort(-best, kind="stable")
+    label, s1 = index.labels[order[0]], float(best[order[0]])
+    s2 = float(best[order[1]]) if len(order) > 1 else -np.inf
+    if label == NONE or not np.isfinite(s1):
+        return NONE, s1, s2, None
+    return label, s1, s2, champion(by_intent.get(label, []), prefix)
+
+
+def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for ex in examples:
+        out.setdefault(ex.intent, set()).update(ex.prefix)
+    return out
+
+
+def _labels(skills: Sequence[LiveSkill]) -> list[str]:
+    return [*sorted({s.intent for s in skills}), NONE]
+
+
+def _by_intent(skills: Sequence[LiveSkill]) -> dict[str, list[LiveSkill]]:
+    out: dict[str, list[LiveSkill]] = {}
+    for s in skills:
+        out.setdefault(s.intent, []).append(s)
+    return out
+
+
+def folds_by_group(groups: Sequence[str], k: int, seed: int) -> list[list[int]]:
+    """Indices split into ``k`` folds so that no group (conversation) is ever split."""
+    names = sorted(set(groups))
+    random.Random(seed).shuffle(names)
+    fold_of = {g: i % k for i, g in enumerate(names)}
+    out: list[list[int]] = [[] for _ in range(k)]
+    for i, g in enumerate(groups):
+        out[fold_of[g]].append(i)
+    return [f for f in out if f]
+
+
+@dataclass
+class _Records:
+    """Inner-CV scores of every held-out example as arrays, so one threshold setting costs a few numpy ops."""
+
+    lab: np.ndarray
+    s1: np.ndarray
+    gap: np.ndarray
+    has_skill: np.ndarray
+    positive: np.ndarray  # the example's intent has a live skill
+    hit: np.ndarray  # the chosen intent is the example's intent
+
+    @property
+    def n_pos(self) -> int:
+        return int(self.positive.sum())
+
+    @property
+    def n_neg(self) -> int:
+        return int((~self.positive).sum())
+
+    def counts(self, margin: float, floor: np.ndarray) -> tuple[int, int, int]:
+        inj = (self.lab != NONE) & self.has_skill & (self.gap >= margin) & (self.s1 >= floor)
+        hits = int((inj & self.positive & self.hit).sum())
+        wrong = int((inj & self.positive & ~self.hit).sum())
+        false = int((inj & ~self.positive).sum())
+        return hits, wrong, false
+
+
+def _records(examples: Sequence[Example], skills: Sequence[LiveSkill], view: str, budget: Budget) -> _Records:
+    by_intent = _by_intent(skills)
+    labels = _labels(skills)
+    rows: list[tuple[str, float, float, bool, bool, bool]] = []
+    for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
+        held = set(fold)
+        train = [e for i, e in enumerate(examples) if i not in held]
+        if not train:
+            continue
+        index = _Index(
+            labels,
+            np.stack([e.vectors[view] for e in train]),
+            [e.intent if e.intent in by_intent else NONE for e in train],
+        )
+        before = _tools_before(train)
+        for i in fold:
+            ex = examples[i]
+            label, s1, s2, skill = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
+            rows.append((label, s1, s1 - s2, skill is not None, ex.intent in by_intent, label == ex.intent))
+    if not rows:
+        e = np.empty(0)
+        return _Records(e.astype(str), e, e, e.astype(bool), e.astype(bool), e.astype(bool))
+    cols = list(zip(*rows, strict=True))
+    return _Records(*(np.asarray(c) for c in cols))
+
+
+def _feasible(c: tuple[int, int, int], r: _Records, b: Budget) -> bool:
+    return c[1] <= b.wrong * r.n_pos and c[2] <= b.false * r.n_neg
+
+
+def _floor_vec(r: _Records, floors: Mapping[str, float], default: float) -> np.ndarray:
+    fv = np.full(r.lab.shape[0], default, dtype=np.float64)
+    for intent, f in floors.items():
+        fv[r.lab == intent] = f
+    return fv
+
+
+def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[str, float], tuple[int, int, int]]:
+    """Best (margin, per-intent floors, counts): the most hits within budget, then the smallest margin."""
+    intents = sorted({str(x) for x in r.lab if x != NONE})
+    best: tuple[tuple[int, float], float, dict[str, float], tuple[int, int, int]] | None = None
+    for m in MARGINS:
+        sel = (r.lab != NONE) & (r.gap >= m) & (r.s1 >= lower)
+        grid = [NEVER, *sorted({float(x) for x in r.s1[sel]}, reverse=True)]
+        base, cur = NEVER, r.counts(m, _floor_vec(r, {}, NEVER))
+        for f in grid:  # one global floor: the lowest one within budget
+            c = r.counts(m, _floor_vec(r, {}, f))
+            if _feasible(c, r, budget) and c[0] >= cur[0]:
+                base, cur = f, c
+        floors = dict.fromkeys(intents, base)
+        for _ in range(2):  # per-intent floors: coordinate ascent from the global floor
+            for intent in intents:
+                own = sel & (r.lab == intent)
+                if own.sum() < MIN_INTENT_CANDIDATES:
+                    continue
+                for f in [NEVER, *sorted({float(x) for x in r.s1[own]}, reverse=True)]:
+                    trial = dict(floors, **{intent: f})
+                    c = r.counts(m, _floor_vec(r, trial, base))
+                    if _feasible(c, r, budget) and c[0] > cur[0]:
+                        floors, cur = trial, c
+        key = (cur[0], -m)
+        if best is None or key > best[0]:
+            best = (key, m, floors, cur)
+    assert best is not None
+    _, m, floors, counts = best
+    return m, {i: max(f, lower) for i, f in floors.items()}, counts
+
+
+def nothing(reason: str, skills: Sequence[LiveSkill] = (), lower: float = 0.0, dim: int = 0) -> Rule:
+    """The rule that never injects (always feasible)."""
+    return Rule(
+        None, 0.0, {}, lower, [NONE], np.zeros((0, dim), np.float32), np.zeros(0, np.int64), list(skills), {}, reason
+    )
+
+
+def fit(
+    examples: Sequence[Example],
+    skills: Sequence[LiveSkill],
+    views: Sequence[str],
+    budget: Budget,
+    lower_bound: float,
+    max_exemplars_per_label: int = 256,
+) -> Rule:
+    """Fit the tenant's rule: the view, margin and per-intent floors with the most inner-CV hits within budget."""
+    if not skills:
+        return nothing("no live skills", skills, lower_bound)
+    if not examples:
+        return nothing("no history", skills, lower_bound)
+    dim = int(next(iter(examples[0].vectors.values())).shape[0])
+    by_intent = _by_intent(skills)
+    negatives = sum(1 for e in examples if e.intent not in by_intent)
+    if negatives < budget.min_negatives:
+        return nothing(
+            f"{negatives} request(s) without a skill; {budget.min_negatives} needed", skills, lower_bound, dim
+        )
+    if len({e.group for e in examples}) < budget.folds:
+        return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
+    best: tuple[tuple[int, int], str, float, dict[str, float], tuple[int, int, int], _Records] | None = None
+    for i, view in enumerate(views):
+        r = _records(examples, skills, view, budget)
+        m, floors, c = _fit_floors(r, budget, lower_bound)
+        key = (c[0], -i)  # most hits; ties keep the earlier (simpler) view
+        if best is None or key > best[0]:
+            best = (key, view, m, floors, c, r)
+    assert best is not None
+    _, view, m, floors, c, r = best
+    inner = {"hits": c[0], "wrong": c[1], "false": c[2], "positives": r.n_pos, "negatives": r.n_neg}
+    if c[0] == 0:
+        rule = nothing("no setting injects within budget on the history", skills, lower_bound, dim)
+        rule.inner = inner
+        return rule
+    labels = _labels(skills)
+    keep: dict[str, list[Example]] = {}
+    for e in reversed(examples):  # newest first (examples arrive oldest first)
+        label = e.intent if e.intent in by_intent else NONE
+        if len(keep.setdefault(label, [])) < max_exemplars_per_label:
+            keep[label].append(e)
+    lab = [label for label, exs in keep.items() for _ in exs]
+    vecs = np.stack([e.vectors[view] for exs in keep.values() for e in exs]).astype(np.float32)
+    index = _Index(labels, vecs, lab)
+    before = {k: sorted(v) for k, v in _tools_before(examples).items()}
+    return Rule(view, m, floors, lower_bound, labels, index.vecs, index.lab, list(skills), before, "fitted", inner)
+
+
+def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
+    """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``."""
+    if not rule.injects:
+        return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
+    index = _Index.__new__(_Index)
+    index.labels, index.vecs, index.lab = rule.labels, rule.exemplars, rule.exemplar_labels
+    index.starts = np.searchsorted(index.lab, np.arange(len(rule.labels)))
+    index.present = np.isin(np.arange(len(rule.labels)), index.lab)
+    before = {k: set(v) for k, v in rule.tools_before.items()}
+    label, s1, s2, skill = _score(index, q, prefix, _by_intent(rule.skills), before)
+    if label == NONE:
+        return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
+    floor = max(rule.floors.get(label, NEVER), rule.lower_bound)
+    if s1 < floor:
+        return Decision(None, label, s1, s2, "below the intent's floor")
+    if s1 - s2 < rule.margin:
+        return Decision(None, label, s1, s2, "margin over the runner-up too small")
+    if skill is None:
+        return Decision(None, label, s1, s2, "no procedure of the intent continues the calls made")
+    return Decision(skill.skill_id, label, s1, s2, "injected")

@@ -1,0 +1,105 @@
+"""The conversation so far, as retrieval sees it: earlier user messages and the tool calls already made.
+
+An agent calls ``Skillflow.prepare(query, user_id, conversation=...)`` before every model call; the
+conversation gives retrieval the request's context (the view the tenant's fitted rule chose) and the
+calls made since the last state-changing call (the prefix a skill's procedure must continue). Build it
+from OpenAI-format messages with :meth:`Conversation.from_messages`, or directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LAST = "last"  # the latest user message
+RECENT = "recent"  # the last three user messages, newest first, one text
+VIEWS = (LAST, RECENT)
+RECENT_MESSAGES = 3
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the agent already made: the tool, its top-level argument keys, and whether it errored."""
+
+    tool: str
+    arg_keys: tuple[str, ...] = ()
+    errored: bool = False
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """Earlier user messages (oldest first) and the tool calls already made (in order)."""
+
+    user_messages: tuple[str, ...] = ()
+    calls: tuple[ToolCall, ...] = ()
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Mapping[str, Any]]) -> Conversation:
+        """From OpenAI chat messages: ``user`` contents and the ``tool_calls`` of ``assistant`` messages.
+
+        A call is errored when its ``tool`` reply starts with ``Error`` (the corpora's convention). Unknown
+        roles and malformed entries are skipped, never raised on.
+        """
+        users: list[str] = []
+        calls: list[ToolCall] = []
+        pending: dict[str, int] = {}
+        for m in messages:
+            if not isinstance(m, Mapping):
+                continue
+            role = m.get("role")
+            if role == "user" and isinstance(m.get("content"), str):
+                users.append(m["content"])
+            elif role == "assistant":
+                for tc in m.get("tool_calls") or ():
+                    fn = tc.get("function") if isinstance(tc, Mapping) else None
+                    if not isinstance(fn, Mapping) or not fn.get("name"):
+                        continue
+                    calls.append(ToolCall(str(fn["name"]), _arg_keys(fn.get("arguments"))))
+                    if tc.get("id"):
+                        pending[str(tc["id"])] = len(calls) - 1
+            elif role == "tool" and str(m.get("content", "")).startswith("Error"):
+                idx = pending.get(str(m.get("tool_call_id")), len(calls) - 1)
+                if 0 <= idx < len(calls):
+                    c = calls[idx]
+                    calls[idx] = ToolCall(c.tool, c.arg_keys, True)
+        return cls(tuple(users), tuple(calls))
+
+    def with_request(self, query: str) -> tuple[str, ...]:
+        """The user messages including the current request (not repeated when it is already the last one)."""
+        users = list(self.user_messages)
+        if query.strip() and (not users or users[-1] != query):
+            users.append(query)
+        return tuple(users)
+
+    def prefix(self, changes_state: Callable[[str], bool]) -> tuple[str, ...]:
+        """Tools called since the last state-changing call (what the next procedure must start with)."""
+        out: list[str] = []
+        for c in self.calls:
+            if changes_state(c.tool) and not c.errored:
+                out = []
+            else:
+                out.append(c.tool)
+        return tuple(out)
+
+
+def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = lambda t: t) -> str:
+    """The text one view embeds; ``form`` (redaction) is applied per message, identically on both sides."""
+    msgs = [" ".join(form(m).split()) for m in messages if m and m.strip()]
+    if not msgs:
+        return ""
+    if view == LAST:
+        return msgs[-1]
+    if view == RECENT:
+        return " | ".join(reversed(msgs[-RECENT_MESSAGES:]))
+    raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
+
+
+def _arg_keys(arguments: Any) -> tuple[str, ...]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments else {}
+        except ValueError:
+            return ()
+    return tuple(sorted(str(k) for k in arguments)) if isinstance(arguments, Mapping) else ()

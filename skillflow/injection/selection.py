@@ -1,0 +1,135 @@
+"""Which skill, if any, a request gets: the tenant's fitted rule, or the fixed threshold before any fit.
+
+With a current fitted rule (:mod:`skillflow.injection.applicability`) the request is viewed as the rule
+says (over the conversation so far), redacted exactly like the stored triggers, embedded once, and
+:func:`skillflow.injection.calibration.decide` picks at most one skill — never one whose procedure
+contradicts the calls already made. A stale rule (fitted for another set of live skills) injects
+nothing. A tenant without a rule keeps the configured threshold over the skills' own vectors (exact,
+pruned search), with the same conversation checks: candidates whose procedure contradicts the calls made
+are dropped and those that continue them come first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, select
+
+from skillflow.injection.applicability import CURRENT, RULES, STALE, parse_sequence
+from skillflow.injection.calibration import decide
+from skillflow.injection.conversation import LAST, Conversation, view_text
+from skillflow.injection.embeddings import Embedder
+from skillflow.injection.retrieval import ScoredSkill, search_skills
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import SkillStatus
+from skillflow.storage.schema import skillbox, workflow_memory
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen skills and why (``state``: current | stale | uncalibrated; ``reason`` a fixed phrase)."""
+
+    skills: list[ScoredSkill]
+    state: str
+    reason: str
+
+
+def _skill(conn: Connection, skill_id: str, agent_id: str, user_id: str, score: float) -> ScoredSkill | None:
+    row = (
+        conn.execute(
+            select(skillbox).where(
+                skillbox.c.id == skill_id,
+                skillbox.c.agent_id == agent_id,
+                skillbox.c.user_id == user_id,
+                skillbox.c.status == SkillStatus.ACTIVE.value,
+            )
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return None
+    return ScoredSkill(
+        skill_id=row["id"],
+        name=row["name"],
+        version=int(row["version"]),
+        score=round(score, 6),
+        injection_role=row["injection_role"],
+        status=row["status"],
+        content=row["content"],
+        canonical_hash=row["canonical_hash"],
+        source_workflow_ids=tuple(row["source_workflow_ids"] or ()),
+        description=row["description"],
+    )
+
+
+def procedures(conn: Connection, agent_id: str, user_id: str, hashes: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The tool procedure of each class (from its newest run)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for h in dict.fromkeys(hashes):
+        seq = conn.execute(
+            select(workflow_memory.c.tool_sequence)
+            .where(
+                workflow_memory.c.agent_id == agent_id,
+                workflow_memory.c.user_id == user_id,
+                workflow_memory.c.canonical_hash == h,
+            )
+            .order_by(workflow_memory.c.created_at.desc())
+            .limit(1)
+        ).scalar()
+        out[h] = parse_sequence(seq)
+    return out
+
+
+def select_skills(
+    engine: Engine,
+    embedder: Embedder,
+    agent_id: str,
+    user_id: str,
+    query: str,
+    config: PromotionConfig,
+    *,
+    conversation: Conversation | None = None,
+    form: Callable[[str], str] = lambda t: t,
+    changes_state: Callable[[str], bool] = lambda t: False,
+) -> Selection:
+    """The skills to render for ``query`` after ``conversation`` (see the module docstring)."""
+    conv = conversation or Conversation()
+    messages = conv.with_request(query)
+    prefix = conv.prefix(changes_state)
+    if config.max_skills_in_context <= 0 or not messages:
+        return Selection([], "off", "no request")
+    with engine.connect() as conn:
+        tenant = RULES.current(conn, agent_id, user_id, embedder.model_id)
+        if tenant.state == STALE:
+            return Selection([], STALE, "rule fitted for other live skills; refit at the next cycle")
+        if tenant.state == CURRENT and tenant.rule is not None:
+            rule = tenant.rule
+            if not rule.injects or rule.view is None:
+                return Selection([], CURRENT, rule.reason or "inject nothing")
+            text = view_text(messages, rule.view, form)
+            if not text:
+                return Selection([], CURRENT, "empty request")
+            d = decide(rule, embedder.embed([text])[0], prefix)
+            chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
+            return Selection([chosen] if chosen else [], CURRENT, d.reason)
+        text = view_text(messages, LAST, form)
+        if not text:
+            return Selection([], "uncalibrated", "empty request")
+        found = search_skills(
+            conn,
+            embedder.embed([text])[0],
+            embedder.model_id,
+            agent_id,
+            user_id,
+            SkillStatus.ACTIVE,
+            k=config.max_skills_in_context,
+            min_score=config.retrieval_min_similarity,
+        )
+        if prefix and found:
+            procs = procedures(conn, agent_id, user_id, [s.canonical_hash for s in found])
+            cont = [s for s in found if procs[s.canonical_hash][: len(prefix)] == prefix]
+            rest = [s for s in found if s not in cont and set(prefix) <= set(procs[s.canonical_hash])]
+            found = cont + rest
+        return Selection(found, "uncalibrated", "fixed threshold")

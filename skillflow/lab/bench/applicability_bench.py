@@ -1,0 +1,307 @@
+"""Applicability on real conversations (τ-bench airline): the fitted rule vs the fixed threshold vs the ceiling.
+
+Every conversation is segmented into procedures (:func:`skillflow.capture.segments.segment_conversation`).
+Outer 5-fold cross-validation grouped by task (never split by episode): on the training folds, classes that
+pass the configured gates (executions, execution success, distinct queries; read-only classes excluded)
+become live skills, and :func:`skillflow.injection.calibration.fit` fits the rule exactly as a promotion
+cycle does (history form = each segment's own user messages, redacted). Every held-out segment is then
+probed once, just before its state-changing call (read-only segments: before their last call), with the
+conversation so far and the calls of the segment made before it. Rows:
+
+- ``fitted``: the product's rule (:func:`skillflow.injection.calibration.decide`);
+- ``fixed``: before issue 11 — the latest user message, raw, against each skill's (redacted) trigger
+  queries, top-1 when the max similarity ≥ ``threshold``;
+- ``ceiling``: always inject the nearest skill (no abstention), the best a reader can hope for.
+
+Intent level: P = held-out segments whose intent (closing write) has a skill, N = the rest. Class level:
+P = segments whose class has a skill. hit/wrong/miss are fractions of P; false = injections / N.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from skillflow.capture.segments import READ_ONLY, segment_conversation
+from skillflow.injection.calibration import Budget, Example, LiveSkill, champion, decide, fit, folds_by_group
+from skillflow.injection.conversation import LAST, VIEWS, view_text
+from skillflow.injection.embeddings import Embedder
+from skillflow.kernel import canonical
+from skillflow.kernel.config import PromotionConfig
+from skillflow.promotion.redact import redact_query
+
+TAU_BENCH = Path("/work/shared/corpora/tau-bench/gpt-4o-airline.json")
+
+
+@dataclass(frozen=True)
+class Seg:
+    task: str
+    conversation: str
+    intent: str
+    klass: str
+    procedure: tuple[str, ...]
+    span: tuple[str, ...]  # the segment's own user messages (what a stored segment run's query holds)
+    so_far: tuple[str, ...]  # every user message of the conversation before the probe
+    ok: bool
+    query_key: str
+
+
+def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
+    """The corpus's conversations as segments (one list, conversation order kept)."""
+    runs = json.loads(path.read_text(encoding="utf-8"))
+    out: list[Seg] = []
+    for run in runs:
+        conv = f"{run['task_id']}-{run.get('trial', 0)}"
+        seen: list[str] = []
+        for seg in segment_conversation(run["traj"]):
+            span = tuple(m for m in seg.query.split("\n") if m.strip())
+            seen.extend(span)
+            units = canonical.signature(seg.steps, noop)
+            if not units:
+                continue
+            out.append(
+                Seg(
+                    task=str(run["task_id"]),
+                    conversation=conv,
+                    intent=seg.intent,
+                    klass=canonical.canonical_hash(units) or "",
+                    procedure=tuple(u.tool for u in units),
+                    span=span,
+                    so_far=tuple(seen),
+                    ok=canonical.execution_succeeded(units, None),
+                    query_key=canonical.normalize_query(seg.query),
+                )
+            )
+    return out
+
+
+def gated_skills(train: Sequence[Seg], config: PromotionConfig) -> list[LiveSkill]:
+    """Classes that would pass the gates, as live skills (read-only classes are not promoted)."""
+    by: dict[str, list[Seg]] = {}
+    for s in train:
+        if s.intent != READ_ONLY:
+            by.setdefault(s.klass, []).append(s)
+    out = []
+    for k, ss in sorted(by.items()):
+        rate = sum(s.ok for s in ss) / len(ss)
+        distinct = len({s.query_key for s in ss})
+        if (
+            len(ss) >= config.min_executions
+            and rate >= config.min_success_rate
+            and distinct >= config.min_distinct_queries
+        ):
+            out.append(LiveSkill(k, k, ss[0].intent, ss[0].procedure, (rate, float(len(ss)))))
+    return out
+
+
+@dataclass
+class Rates:
+    P: int = 0
+    N: int = 0
+    hit: float = 0.0
+    wrong: float = 0.0
+    miss: float = 0.0
+    false: float = 0.0
+
+
+@dataclass
+class Tally:
+    counts: Counter[str] = field(default_factory=Counter)
+
+    def add(self, positive: bool, injected: str | None, truth: str) -> None:
+        if positive:
+            self.counts["hit" if injected == truth else "wrong" if injected else "miss"] += 1
+        else:
+            self.counts["false" if injected else "abstain"] += 1
+
+    def rates(self) -> Rates:
+        c = self.counts
+        p, n = c["hit"] + c["wrong"] + c["miss"], c["false"] + c["abstain"]
+        return Rates(p, n, c["hit"] / max(p, 1), c["wrong"] / max(p, 1), c["miss"] / max(p, 1), c["false"] / max(n, 1))
+
+
+@dataclass
+class AppResult:
+    corpus: str
+    segments: int
+    folds: int
+    threshold: float
+    rows: dict[str, dict[str, Rates]]
+    fitted: list[dict[str, Any]]
+    decide_p50_ms: float
+    decide_p95_ms: float
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _embed_views(emb: Embedder, texts: dict[str, list[str]]) -> dict[str, np.ndarray]:
+    return {v: emb.embed([t or " " for t in ts]) for v, ts in texts.items()}
+
+
+def evaluate(
+    segs: Sequence[Seg],
+    embedder: Embedder,
+    config: PromotionConfig,
+    *,
+    threshold: float = 0.70,
+    folds: int = 5,
+    seed: int = 0,
+    progress: Callable[[str], None] = lambda _: None,
+) -> AppResult:
+    """Outer CV grouped by task; see the module docstring."""
+    t0 = time.perf_counter()
+    hist = _embed_views(embedder, {v: [view_text(s.span, v, redact_query) for s in segs] for v in VIEWS})
+    probe = _embed_views(embedder, {v: [view_text(s.so_far, v, redact_query) for s in segs] for v in VIEWS})
+    raw_last = embedder.embed([view_text(s.so_far, LAST) or " " for s in segs])
+    trig = embedder.embed([view_text(s.span, LAST, redact_query) or " " for s in segs])
+    tallies = {f"{row}/{lvl}": Tally() for row in ("fitted", "fixed", "ceiling") for lvl in ("intent", "class")}
+    fitted, times = [], []
+    budget = Budget(
+        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
+    )
+    for k, test in enumerate(folds_by_group([s.task for s in segs], folds, seed)):
+        held = set(test)
+        train = [i for i in range(len(segs)) if i not in held]
+        skills = gated_skills([segs[i] for i in train], config)
+        examples = [
+            Example(
+                segs[i].conversation,
+                segs[i].intent,
+                segs[i].klass,
+                {v: hist[v][i] for v in VIEWS},
+                segs[i].procedure[:-1],
+            )
+            for i in train
+        ]
+        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
+        floors = {i: round(f, 3) for i, f in rule.floors.items()}
+        fitted.append({"fold": k, "skills": len(skills), "view": rule.view, "margin": rule.margin,
+                       "reason": rule.reason, "floors": floors, "inner": rule.inner})  # fmt: skip
+        progress(f"fold {k}: {len(skills)} skills, rule {rule.reason}")
+        intents = {s.intent for s in skills}
+        by_class = {s.skill_id: s for s in skills}
+        # nearest-skill index for the ceiling and the fixed rule: each skill's trigger queries (its runs, redacted)
+        rows = [(i, segs[i].klass) for i in train if segs[i].klass in by_class]
+        tv = np.stack([trig[i] for i, _ in rows]) if rows else np.zeros((0, raw_last.shape[1]), np.float32)
+        cv = np.stack([hist[LAST][i] for i, _ in rows]) if rows else tv
+        owner = [c for _, c in rows]
+        for i in test:
+            s = segs[i]
+            pre = s.procedure[:-1]
+            t1 = time.perf_counter()
+            d = decide(rule, probe[rule.view or LAST][i], pre)
+            times.append((time.perf_counter() - t1) * 1000)
+            got = by_class[d.skill_id] if d.skill_id else None
+            for row, skill in (
+                ("fitted", got),
+                *_baselines(tv, cv, owner, by_class, raw_last[i], probe[LAST][i], pre, threshold),
+            ):
+                tallies[f"{row}/intent"].add(s.intent in intents, skill.intent if skill else None, s.intent)
+                tallies[f"{row}/class"].add(s.klass in by_class, skill.skill_id if skill else None, s.klass)
+    rows_out: dict[str, dict[str, Rates]] = {}
+    for key, t in tallies.items():
+        row, lvl = key.split("/")
+        rows_out.setdefault(row, {})[lvl] = t.rates()
+    ms = sorted(times) or [0.0]
+    return AppResult("tau-bench airline (gpt-4o)", len(segs), folds, threshold, rows_out, fitted,
+                     ms[len(ms) // 2], ms[int(0.95 * (len(ms) - 1))], time.perf_counter() - t0)  # fmt: skip
+
+
+def _baselines(
+    tv: np.ndarray,
+    cv: np.ndarray,
+    owner: list[str],
+    by_class: dict[str, LiveSkill],
+    raw: np.ndarray,
+    redacted: np.ndarray,
+    prefix: Sequence[str],
+    threshold: float,
+) -> list[tuple[str, LiveSkill | None]]:
+    if not owner:
+        return [("fixed", None), ("ceiling", None)]
+    sims = tv @ raw
+    j = int(np.argmax(sims))
+    fixed = by_class[owner[j]] if sims[j] >= threshold else None
+    near = by_class[owner[int(np.argmax(cv @ redacted))]]
+    same = [s for s in by_class.values() if s.intent == near.intent]
+    ceiling = champion(same, prefix) or max(same, key=lambda s: s.rank)
+    return [("fixed", fixed), ("ceiling", ceiling)]
+
+
+def run_tau_bench(
+    path: Path, embedder: Embedder, config: PromotionConfig, threshold: float, progress: Callable[[str], None]
+) -> AppResult | None:
+    """None (with a message) when the corpus file is absent."""
+    if not path.is_file():
+        progress(f"τ-bench corpus not found at {path}: skipped")
+        return None
+    segs = tau_segments(path)
+    progress(f"τ-bench: {len(segs)} segments, intents {dict(Counter(s.intent for s in segs).most_common())}")
+    return evaluate(segs, embedder, config, threshold=threshold, progress=progress)
+
+
+def time_prepare(
+    segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60
+) -> tuple[float, float, int]:
+    """p50/p95 ms of ``Skillflow.prepare`` as a whole (query embedding included) with a stored fitted rule.
+
+    A fresh SQLite tenant holds the gated classes of the whole corpus as ACTIVE skills and their rule; the
+    probes are the first ``n`` segments' moments before their write, with the conversation so far.
+    """
+    import tempfile
+
+    from skillflow.injection.applicability import RULES, fingerprint, save_rule
+    from skillflow.injection.conversation import Conversation, ToolCall
+    from skillflow.kernel.models import InjectionRole, SkillStatus
+    from skillflow.runtime import Skillflow
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+    from skillflow.storage.skills import insert_skill, transition
+
+    agent, user = "bench-agent", "bench-user"
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'prepare.db'}")
+        migrate(engine)
+        gated = gated_skills(segs, config)
+        ids: dict[str, str] = {}
+        with engine.begin() as conn:
+            for i, s in enumerate(gated):
+                rec = insert_skill(conn, agent_id=agent, user_id=user, canonical_hash=s.canonical_hash,
+                                   name=f"skill-{i}", description=s.intent, content=f"procedure {s.intent}",
+                                   status=SkillStatus.SHADOW)  # fmt: skip
+                transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
+                ids[s.skill_id] = rec.id
+        skills = [LiveSkill(ids[s.skill_id], s.canonical_hash, s.intent, s.procedure, s.rank) for s in gated]
+        hist = _embed_views(embedder, {v: [view_text(s.span, v, redact_query) for s in segs] for v in VIEWS})
+        examples = [
+            Example(s.conversation, s.intent, s.klass, {v: hist[v][i] for v in VIEWS}, s.procedure[:-1])
+            for i, s in enumerate(segs)
+        ]
+        budget = Budget(
+            config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
+        )
+        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
+        with engine.begin() as conn:
+            save_rule(conn, agent, user, fingerprint(conn, agent, user, embedder.model_id), embedder.model_id, rule, 1)
+        RULES.clear()
+        sf = Skillflow(agent_id=agent, engine=engine, config=config, embedder=embedder, continual_learning=True)
+        probes = segs[:n]
+        times, injected = [], 0
+        for p in [probes[0], *probes]:  # the first call loads the model and the rule: not timed
+            conv = Conversation(p.so_far[:-1], tuple(ToolCall(t) for t in p.procedure[:-1]))
+            t0 = time.perf_counter()
+            prepared = sf.prepare(p.so_far[-1] if p.so_far else "", user, conversation=conv)
+            times.append((time.perf_counter() - t0) * 1000)
+            injected += bool(prepared.skill_ids)
+        engine.dispose()
+    ms = sorted(times[1:])
+    return ms[len(ms) // 2], ms[int(0.95 * (len(ms) - 1))], injected

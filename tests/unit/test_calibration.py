@@ -1,0 +1,152 @@
+"""The self-calibrated applicability rule on fixed vectors: budgets, champions, prefixes, inject-nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from skillflow.injection.calibration import (
+    NONE,
+    Budget,
+    Example,
+    LiveSkill,
+    _records,
+    decide,
+    fit,
+    folds_by_group,
+)
+
+DIM = 16
+PRE_A = ("get_user", "get_reservation")
+PRE_B = ("get_user", "search_flights")
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def around(axis: int, rng: np.random.Generator, noise: float = 0.15) -> np.ndarray:
+    v = np.zeros(DIM)
+    v[axis] = 1.0
+    return unit(v + rng.normal(0, noise, DIM))
+
+
+def history(seed: int = 0, n: int = 30, overlap: float = 0.0) -> list[Example]:
+    """cancel requests (two classes, the SAME requests) near axis 0, book near axis 1, unanswered near axis 2.
+
+    ``overlap`` moves that share of the unanswered requests onto the cancel cluster (real ambiguity).
+    """
+    rng = np.random.default_rng(seed)
+    out: list[Example] = []
+    for i in range(n):
+        v = around(0, rng)
+        klass, pre = ("cancel-a", PRE_A) if i % 2 else ("cancel-b", PRE_B)
+        out.append(Example(f"c{i}", "cancel_reservation", klass, {"v": v, "w": v}, pre))
+        v = around(1, rng)
+        out.append(Example(f"b{i}", "book_reservation", "book", {"v": v, "w": v}, ("get_user", "search_flights")))
+        v = around(0 if rng.random() < overlap else 2, rng)
+        out.append(Example(f"n{i}", "read-only", "lookup", {"v": v, "w": v}, ("get_user",)))
+    return out
+
+
+SKILLS = [
+    LiveSkill("sa", "cancel-a", "cancel_reservation", (*PRE_A, "cancel_reservation"), (0.9, 10)),
+    LiveSkill("sb", "cancel-b", "cancel_reservation", (*PRE_B, "cancel_reservation"), (0.8, 12)),
+    LiveSkill("bk", "book", "book_reservation", ("get_user", "search_flights", "book_reservation"), (1.0, 5)),
+]
+
+
+def test_folds_never_split_a_conversation() -> None:
+    groups = ["a", "a", "b", "c", "c", "c", "d", "e", "f"]
+    folds = folds_by_group(groups, 3, seed=1)
+    assert sorted(i for f in folds for i in f) == list(range(len(groups)))
+    for f in folds:
+        for g in {groups[i] for i in f}:
+            assert all(i in f for i, x in enumerate(groups) if x == g)
+
+
+def test_two_classes_sharing_requests_form_one_intent_and_the_champion_wins() -> None:
+    rule = fit(history(), SKILLS, ["v"], Budget(wrong=0.02, false=0.03, min_negatives=5), lower_bound=0.0)
+    assert rule.injects and rule.view == "v"
+    assert set(rule.floors) == {"cancel_reservation", "book_reservation"}
+    rng = np.random.default_rng(99)
+    q = around(0, rng)
+    # No calls yet: both cancel procedures continue the (empty) prefix; the better-ranked one wins.
+    assert decide(rule, q).skill_id == "sa"
+    # The calls already made continue only B's procedure: B is preferred over the champion.
+    assert decide(rule, q, ("get_user", "search_flights")).skill_id == "sb"
+    # A book request gets the book skill; an unanswered request gets nothing.
+    assert decide(rule, around(1, rng)).skill_id == "bk"
+    assert decide(rule, around(2, rng)).skill_id is None
+
+
+def test_a_contradicting_prefix_is_never_injected() -> None:
+    rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+    q = around(0, np.random.default_rng(5))
+    assert decide(rule, q).skill_id is not None
+    d = decide(rule, q, ("send_certificate",))  # never called before a cancel in the history
+    assert d.skill_id is None
+    # Known tools in an order no procedure follows: the intent is right, but no procedure continues them.
+    d = decide(rule, q, ("get_reservation", "get_user"))
+    assert d.skill_id is None and d.intent == "cancel_reservation"
+
+
+@pytest.mark.parametrize("overlap", [0.2, 0.4])
+def test_inner_cv_counts_stay_within_the_budgets(overlap: float) -> None:
+    budget = Budget(wrong=0.02, false=0.05, min_negatives=5)
+    rule = fit(history(seed=3, n=40, overlap=overlap), SKILLS, ["v"], budget, lower_bound=0.0)
+    inner = rule.inner
+    assert inner["wrong"] <= budget.wrong * inner["positives"]
+    assert inner["false"] <= budget.false * inner["negatives"]
+    # Re-scoring the inner records at the fitted setting reproduces the reported counts (no hard-coded result).
+    if rule.injects:
+        r = _records(history(seed=3, n=40, overlap=overlap), SKILLS, "v", budget)
+        fv = np.array([rule.floors.get(str(lab), np.inf) for lab in r.lab])
+        assert r.counts(rule.margin, fv) == (inner["hits"], inner["wrong"], inner["false"])
+
+
+def test_a_tighter_false_budget_never_injects_more() -> None:
+    data = history(seed=4, n=40, overlap=0.4)
+    loose = fit(data, SKILLS, ["v"], Budget(false=0.5, min_negatives=5), 0.0)
+    tight = fit(data, SKILLS, ["v"], Budget(false=0.0, min_negatives=5), 0.0)
+    assert tight.inner["false"] == 0
+    assert loose.inner["hits"] >= tight.inner["hits"]
+
+
+def test_inject_nothing_without_enough_negatives_or_skills() -> None:
+    data = [e for e in history() if e.intent != "read-only"]
+    assert not fit(data, SKILLS, ["v"], Budget(min_negatives=10), 0.0).injects
+    assert not fit(history(), [], ["v"], Budget(min_negatives=5), 0.0).injects
+    rule = fit(data, SKILLS, ["v"], Budget(min_negatives=10), 0.0)
+    assert decide(rule, around(0, np.random.default_rng(1))).skill_id is None
+
+
+def test_inject_nothing_when_requests_do_not_separate() -> None:
+    """Every request identical: an intent never beats NONE by a margin, so nothing is feasible but abstaining."""
+    rng = np.random.default_rng(0)
+    v = around(3, rng, 0.0)
+    data = [
+        Example(f"g{i}", intent, "k" + intent, {"v": v}, ())
+        for i in range(20)
+        for intent in ("cancel_reservation", "read-only")
+    ]
+    rule = fit(data, SKILLS, ["v"], Budget(min_negatives=5), 0.0)
+    assert not rule.injects
+    assert decide(rule, v).skill_id is None
+
+
+def test_the_configured_threshold_stays_a_lower_bound() -> None:
+    rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.999)
+    assert all(f >= 0.999 for f in rule.floors.values())
+    assert decide(rule, around(0, np.random.default_rng(7))).skill_id is None
+
+
+def test_the_fit_picks_the_view_that_separates() -> None:
+    rng = np.random.default_rng(2)
+    data = []
+    for e in history():
+        noise = unit(rng.normal(0, 1, DIM))  # view "w" carries no signal
+        data.append(Example(e.group, e.intent, e.klass, {"w": noise, "v": e.vectors["v"]}, e.prefix))
+    rule = fit(data, SKILLS, ["w", "v"], Budget(min_negatives=5), 0.0)
+    assert rule.view == "v"
+    assert NONE in rule.labels
