@@ -48,8 +48,9 @@ lint: install-dev
 ui: install
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200
 
+# Flow runs log their stages at INFO (their Logs tab), whatever the quiet default above says.
 serve: install
-	PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
+	PREFECT_LOGGING_LEVEL=INFO PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
 
 ui-check: install-dev
 	$(PY) -m skillflow.cli.uicheck

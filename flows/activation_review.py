@@ -4,26 +4,54 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from prefect import flow
+import pydantic
+from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
-from skillflow.lifecycle.review import ReviewOutcome
-from tasks.common import flow_run_id
+from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
+from tasks.common import flow_run_id, params_run_name
 from tasks.review import apply_decision, load_review, publish_review, record_timeout
 
 AWAITING_REVIEW = ("shadow", "candidate")
+MAX_EDIT_ROUNDS = 5
+DESCRIPTION = (
+    "Publish one SHADOW skill's SKILL.md and evidence (charts, readiness, validation) as artifacts, pause for a "
+    "reviewer's decision in the Resume form (activate, reject, keep in shadow, or edit the SKILL.md first), "
+    "apply it, and record it in the lifecycle log. An unanswered review keeps the skill in shadow."
+)
 
 
 class ReviewDecision(RunInput):
     """The reviewer's form in the Prefect UI."""
 
-    decision: Literal["activate_user", "activate_developer", "reject", "keep_shadow"]
-    reviewer: str
-    reason: str = ""
+    decision: Literal["activate_user", "activate_developer", "reject", "keep_shadow", "edit"] = Field(
+        description="activate_user: go live as user-level guidance. activate_developer: go live with developer "
+        "authority (needs require_shadow and a shadow period). reject: retire it (give a reason). keep_shadow: "
+        "decide later. edit: store the corrected SKILL.md below as a new revision and review that one."
+    )
+    reviewer: str = Field(min_length=1, max_length=255, description="Your name, recorded as the decision's actor")
+    reason: str = Field("", max_length=1000, description="Why; required to reject, stored with the decision")
+    skill_md: str = Field("", description="For edit: the corrected SKILL.md (validated like a distilled skill)")
+
+
+def review_form(evidence: ReviewEvidence, artifact_url: str | None) -> type[ReviewDecision]:
+    """The form for this skill: its name, revision and a link to the review artifact; the editor prefilled."""
+    link = f"[the review artifact]({artifact_url})" if artifact_url else f"artifact `{evidence.skill_id}`"
+    form: Any = pydantic.create_model(
+        "ReviewDecision",
+        __base__=ReviewDecision,
+        skill_md=(str, Field(evidence.content, description=ReviewDecision.model_fields["skill_md"].description)),
+    )
+    form._description = (
+        f"**Review {evidence.name} v{evidence.version}, revision {evidence.revision}** "
+        f"(skill `{evidence.skill_id}`, tenant `{evidence.agent_id}/{evidence.user_id}`). "
+        f"Read {link} (SKILL.md, charts, readiness, validation) before deciding."
+    )
+    return form  # type: ignore[no-any-return]
 
 
 class ActivationReviewParams(BaseModel):
@@ -34,37 +62,45 @@ class ActivationReviewParams(BaseModel):
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
 
 
-@flow(name="activation-review")
+def _not_awaiting(evidence: ReviewEvidence, reasons: list[str], decision: str = "none") -> ReviewOutcome:
+    return ReviewOutcome(
+        skill_id=evidence.skill_id, decision=decision, applied=False, status=evidence.status,
+        injection_role=evidence.injection_role, reviewer="", reasons=reasons, revision=evidence.revision,
+    )  # fmt: skip
+
+
+@flow(name="activation-review", flow_run_name=params_run_name("review", "skill_id"), description=DESCRIPTION)
 def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
+    """Publish the evidence, pause for the reviewer, apply the decision (an edit starts the review over)."""
+    logger = get_run_logger()
     config = load_promotion_config(overrides=params.config_overrides)
     run_id = flow_run_id()
-    evidence = load_review(params.database_url, params.skill_id, config)
-    publish_review(evidence)
-    if evidence.status not in AWAITING_REVIEW:
-        return ReviewOutcome(
-            skill_id=evidence.skill_id,
-            decision="none",
-            applied=False,
-            status=evidence.status,
-            injection_role=evidence.injection_role,
-            reviewer="",
-            reasons=[f"a {evidence.status} skill is not awaiting review"],
-        )
-    try:
-        answer = pause_flow_run(
-            wait_for_input=ReviewDecision, timeout=params.timeout_seconds, poll_interval=params.poll_interval_seconds
-        )
-    except FlowPauseTimeout:
-        record_timeout(params.database_url, params.skill_id, run_id)
-        return ReviewOutcome(
-            skill_id=evidence.skill_id,
-            decision="keep_shadow",
-            applied=False,
-            status=evidence.status,
-            injection_role=evidence.injection_role,
-            reviewer="",
-            reasons=["review timed out"],
-        )
-    return apply_decision(
-        params.database_url, params.skill_id, answer.decision, answer.reviewer, answer.reason, config, run_id
-    )
+    for _ in range(MAX_EDIT_ROUNDS + 1):
+        evidence = load_review(params.database_url, params.skill_id, config)
+        url = publish_review(evidence)
+        if evidence.status not in AWAITING_REVIEW:
+            logger.info("skill %s is %s: not awaiting review", evidence.skill_id, evidence.status)
+            return _not_awaiting(evidence, [f"a {evidence.status} skill is not awaiting review"])
+        logger.info("waiting for a review of skill %s revision %d", evidence.skill_id, evidence.revision)
+        try:
+            answer = pause_flow_run(
+                wait_for_input=review_form(evidence, url),
+                timeout=params.timeout_seconds,
+                poll_interval=params.poll_interval_seconds,
+            )
+        except FlowPauseTimeout:
+            record_timeout(params.database_url, params.skill_id, run_id)
+            logger.info("review of skill %s timed out: it stays in shadow", evidence.skill_id)
+            return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
+        outcome = apply_decision(
+            params.database_url, params.skill_id, answer.decision, answer.reviewer, answer.reason, config, run_id,
+            evidence.revision, answer.skill_md if answer.decision == "edit" else None,
+        )  # fmt: skip
+        logger.info(
+            "decision %s by %s on skill %s: applied=%s status=%s revision=%d reasons=%d",
+            outcome.decision, outcome.reviewer, outcome.skill_id, outcome.applied, outcome.status, outcome.revision,
+            len(outcome.reasons),
+        )  # fmt: skip
+        if answer.decision != "edit" or not outcome.applied:
+            return outcome
+    return outcome

@@ -7,9 +7,15 @@ from prefect.artifacts import create_markdown_artifact
 
 from skillflow.operations.backfill import BackfillReport
 from tasks.backfill import BackfillParams, backfill_hashes
+from tasks.common import params_run_name
 
 
-@flow(name="backfill-canonical-hashes")
+@flow(
+    name="backfill-canonical-hashes",
+    flow_run_name=params_run_name("backfill", "agent_id"),
+    description="Give legacy runs (NULL canonical_hash) their canonical identity in keyset batches, one "
+    "transaction each; store and publish the report.",
+)
 def backfill_canonical_hashes(params: BackfillParams | None = None) -> BackfillReport:
     """Count the scope, hash NULL-hash rows in keyset batches, store and publish the report."""
     params = params or BackfillParams()

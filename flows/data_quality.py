@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from skillflow.quality import QualityReport
+from tasks.common import params_run_name
 from tasks.quality import (
     DataQualityFailed,
     DataQualityParams,
@@ -17,7 +18,12 @@ from tasks.quality import (
 __all__ = ["DataQualityParams", "data_quality"]
 
 
-@flow(name="data-quality")
+@flow(
+    name="data-quality",
+    flow_run_name=params_run_name("data-quality"),
+    description="Great Expectations suites over the skillflow tables: a self-contained HTML report (linked as an "
+    "artifact), stored summary and check table; fails only on blocking checks.",
+)
 def data_quality(params: DataQualityParams | None = None) -> QualityReport:
     """Validate, write the HTML report, store the summary, publish artifacts; fail only on blocking checks."""
     params = params or DataQualityParams()

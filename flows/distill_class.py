@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.promotion.cycle import PromotionReport
+from tasks.common import params_run_name
 from tasks.promotion import distill_one_class
 from tasks.reporting import publish_report
 
@@ -21,7 +22,13 @@ class DistillClassParams(BaseModel):
     dry_run: bool = Field(False, description="Compute the report but write nothing")
 
 
-@flow(name="distill-class", log_prints=False)
+@flow(
+    name="distill-class",
+    log_prints=False,
+    flow_run_name=params_run_name("distill", "agent_id", "user_id", "canonical_hash"),
+    description="Distill now: one class of one tenant through the same gates, distillation, validation and store "
+    "as a promotion cycle; publishes its own report.",
+)
 def distill_class(params: DistillClassParams) -> PromotionReport:
     """Gate, distill, validate and store one class; hand-picking never bypasses evidence."""
     config = load_promotion_config()

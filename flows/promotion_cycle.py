@@ -1,4 +1,4 @@
-"""Flow ``promotion-cycle``: every (agent, user) partition runs the promotion pipeline, one task each."""
+"""Flow ``promotion-cycle``: every (agent, user) partition runs the promotion pipeline, in-process or fanned out."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import PromotionReport, failure_reason
-from tasks.promotion import cycle_partition, list_partitions, record_partition_failure
+from skillflow.promotion.cycle import PromotionReport
+from tasks.fanout import FanOut, FleetSettings, resolve_mode
+from tasks.promotion import fan_out_partitions, list_partitions, run_partitions
 from tasks.reporting import publish_report
+from tasks.shadow import note_backlog
 
 
 class PromotionCycleParams(BaseModel):
@@ -23,6 +25,10 @@ class PromotionCycleParams(BaseModel):
     dry_run: bool = Field(False, description="Compute the report but write nothing")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
     force: bool = Field(False, description="Run even if fewer than promotion_every_n_runs runs arrived")
+    fan_out: FanOut | None = Field(
+        None, description="local: this process; pool: child runs per chunk on a work pool (default: the setting)"
+    )
+    chunks: int | None = Field(None, ge=1, le=10_000, description="Child runs in pool mode (default: worker slots)")
 
 
 class PartitionsFailed(RuntimeError):
@@ -35,20 +41,21 @@ def promotion_cycle(params: PromotionCycleParams | None = None) -> list[Promotio
 
     Partitions are isolated: one that fails (after its transient retries) gets a report naming the stage
     and error class, stored like any report, and every other partition still runs. The flow run then ends
-    ``Failed`` with :class:`PartitionsFailed` listing the failed partitions (docs/guide/promotion.md).
+    ``Failed`` with :class:`PartitionsFailed` listing the failed partitions (docs/guide/promotion.md). In pool
+    mode the partitions run in chunks, one ``promotion-partitions`` child run each (docs/guide/ops.md).
     """
     params = params or PromotionCycleParams()
     config = load_promotion_config(overrides=params.config_overrides or None)
     now, url = utcnow(), params.database_url
-    reports: list[PromotionReport] = []
-    for agent_id, user_id in list_partitions(url, params.agent_id, params.user_id):
-        state = cycle_partition(url, agent_id, user_id, config, now, params.dry_run, params.force, return_state=True)
-        if state.is_completed():
-            reports.append(state.result())
-            continue
-        reason = failure_reason(state.result(raise_on_failure=False))
-        reports.append(record_partition_failure(url, agent_id, user_id, params.dry_run, reason))
+    fleet = FleetSettings()
+    partitions = list_partitions(url, params.agent_id, params.user_id)
+    if partitions and resolve_mode(params.fan_out, fleet) == "pool":
+        overrides = dict(params.config_overrides)
+        reports = fan_out_partitions(url, partitions, params.chunks, overrides, now, params.dry_run, params.force)
+    else:
+        reports = run_partitions(url, partitions, config, now, params.dry_run, params.force)
     publish_report(reports)
+    note_backlog(url, fleet.outbox_backlog_threshold)
     failed = [f"{r.agent_id}/{r.user_id} ({r.partition_failed})" for r in reports if r.partition_failed]
     if failed:
         raise PartitionsFailed(f"{len(failed)} of {len(reports)} partition(s) failed: " + "; ".join(failed))

@@ -89,6 +89,12 @@ def build_deployments(database_url: str | None = None) -> list[Any]:
     return deployments
 
 
+def run_log_level() -> str:
+    """The log level flow runs served from here use: ``$SKILLFLOW_FLOW_LOG_LEVEL`` or INFO."""
+    level = os.environ.get("SKILLFLOW_FLOW_LOG_LEVEL", "INFO").strip().upper()
+    return level if level in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"} else "INFO"
+
+
 def serve_all(database_url: str | None = None) -> None:
     """Serve every deployment from this process until interrupted (runs execute here)."""
     from prefect import serve
@@ -96,5 +102,9 @@ def serve_all(database_url: str | None = None) -> None:
     url = database_url or Settings().database_url
     # A run whose params omit database_url (``--params`` replaces the whole model) falls back to this URL.
     os.environ["SKILLFLOW_DATABASE_URL"] = url
+    # Runs execute in child processes that inherit this environment: a quiet shell (PREFECT_LOGGING_LEVEL=WARNING,
+    # as `make` exports for tests and the demo) would leave every flow run's Logs tab empty. Stages log counts
+    # and ids at INFO; SKILLFLOW_FLOW_LOG_LEVEL chooses another level.
+    os.environ["PREFECT_LOGGING_LEVEL"] = run_log_level()
     # pause_on_shutdown=False: stopping `skillflow serve` must not pause the schedules.
     serve(*build_deployments(url), pause_on_shutdown=False)

@@ -15,17 +15,17 @@ class BackfillParams(BaseModel):
     database_url: str | None = Field(None, description="Database URL (default: $SKILLFLOW_DATABASE_URL)")
     dry_run: bool = Field(False, description="Count what would change; write nothing but the report")
     batch_size: int = Field(500, ge=1, le=100_000, description="Rows per batch (one transaction each)")
-    agent_id: str | None = Field(None, description="Only this agent's runs")
+    agent_id: str = Field("", max_length=255, description="Only this agent's runs (empty: every agent)")
     force: bool = Field(False, description="Recompute every row, not only rows with a NULL canonical_hash")
 
 
-@stage(retries=3, delays=(1.0, 5.0, 15.0))
+@stage(retries=3, delays=(1.0, 5.0, 15.0), run_name="backfill-hashes")
 def backfill_hashes(params: BackfillParams) -> backfill.BackfillReport:
     """Keyset batches, one transaction each (a retry re-reads the same rows and converges), then the report."""
     return backfill.run_backfill(
         engine_for(params.database_url),
         params.batch_size,
-        params.agent_id,
+        params.agent_id or None,
         params.force,
         params.dry_run,
         load_promotion_config().noop_tools,

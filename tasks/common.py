@@ -55,13 +55,21 @@ def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
 
 
 def stage(
-    *, retries: int = 2, delays: tuple[float, ...] = (2.0, 10.0), name: str | None = None
+    *,
+    retries: int = 2,
+    delays: tuple[float, ...] = (2.0, 10.0),
+    name: str | None = None,
+    run_name: str | Callable[[], str] | None = None,
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """The house task decorator: no result cache (database work), retries only on transient failures."""
+    """The house task decorator: no result cache (database work), retries only on transient failures.
+
+    ``run_name`` names each task run (a ``str.format`` template over the task's parameters, or a callable).
+    """
 
     def wrap(fn: Callable[P, R]) -> Task[P, R]:
         decorate = task(
             name=name or fn.__name__.replace("_", "-"),
+            task_run_name=run_name,
             cache_policy=NO_CACHE,
             retries=retries,
             retry_delay_seconds=list(delays),
@@ -70,3 +78,25 @@ def stage(
         return decorate(fn)
 
     return wrap
+
+
+def tenant_label(agent_id: str | None, user_id: str | None) -> str:
+    """``agent/user`` for a run name; an empty or missing part reads ``all``."""
+    return f"{agent_id or 'all'}/{user_id or 'all'}"
+
+
+def params_run_name(prefix: str, *fields: str) -> Callable[[], str]:
+    """A ``flow_run_name`` callable: ``prefix`` plus the named fields of the flow's ``params`` (ids only).
+
+    Values are cut to 24 characters (an id prefix is enough to find the run); missing ones read ``all``.
+    """
+
+    def name() -> str:
+        from prefect.runtime import flow_run
+
+        params: Any = (flow_run.parameters or {}).get("params") or {}
+        get = params.get if isinstance(params, dict) else lambda key, default=None: getattr(params, key, default)
+        parts = [str(get(f, "") or "all")[:24] for f in fields]
+        return "-".join([prefix, *parts]) if parts else prefix
+
+    return name

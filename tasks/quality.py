@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pathlib import Path
+
+from prefect import get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
@@ -13,6 +15,7 @@ from skillflow.quality.report import render_markdown, store, table_rows, write_h
 from tasks.common import engine_for, flow_run_id, stage
 
 REPORT_KEY = "data-quality-report"
+HTML_KEY = "data-quality-html"
 CHECKS_KEY = "data-quality-checks"
 
 
@@ -53,7 +56,7 @@ def validate_tables(params: DataQualityParams) -> QualityReport:
 
 @task(cache_policy=NO_CACHE)
 def write_quality_html(report: QualityReport, report_dir: str) -> QualityReport:
-    path = write_html(report, report_dir)
+    path = write_html(report, report_dir).resolve()
     return report.model_copy(update={"html_path": str(path)})
 
 
@@ -68,3 +71,9 @@ def publish_quality_artifacts(report: QualityReport) -> None:
     verdict = "passed" if report.passed else f"{report.blocking_failures} blocking failure(s)"
     create_markdown_artifact(key=REPORT_KEY, markdown=render_markdown(report), description=f"data quality: {verdict}")
     create_table_artifact(key=CHECKS_KEY, table=table_rows(report), description=f"{len(report.checks)} checks")
+    if report.html_path:
+        path = Path(report.html_path).resolve()
+        create_link_artifact(
+            key=HTML_KEY, link=path.as_uri(), link_text=str(path), description="Self-contained HTML report (this host)"
+        )
+    get_run_logger().info("published data-quality report %s (%d checks)", report.id, len(report.checks))

@@ -41,33 +41,33 @@ def render_markdown(reports: list[PromotionReport]) -> str:
         lines += [f"- deprecated: {sid}: {reason}" for sid, reason in r.deprecated]
         lines += [f"- review: {flag}" for flag in r.review_flags]
         if r.gates:
-            lines += ["", "| class | runs | success | queries | last seen (d) | gates | score | decision |"]
-            lines.append("|---|---:|---:|---:|---:|---|---:|---|")
+            lines += ["", "| class | decision | runs | success | queries | last seen (d) | score | gates |"]
+            lines.append("|---|---|---:|---:|---:|---:|---:|---|")
             for g in r.gates:
                 gates = " ".join(f"{k}:{'✓' if v else '✗'}" for k, v in g.checks.items())
                 score = "" if g.score is None else f"{g.score:.3f}"
                 lines.append(
-                    f"| {g.hash} | {g.executions} | {g.success_rate:.2f} | {g.distinct_queries} | {g.last_seen_days} "
-                    f"| {gates} | {score} | {g.decision} |"
+                    f"| {g.hash} | {g.decision} | {g.executions} | {g.success_rate:.2f} | {g.distinct_queries} "
+                    f"| {g.last_seen_days} | {score} | {gates} |"
                 )
         lines.append("")
     return "\n".join(lines)
 
 
 def gate_table(reports: list[PromotionReport]) -> list[dict[str, object]]:
-    return [
+    return [  # decision and reason first: wide tables scroll, the verdict must stay in view
         {
+            "class": g.hash,
+            "decision": g.decision,
+            "reason": g.reason or "",
             "agent_id": r.agent_id,
             "user_id": r.user_id,
-            "class": g.hash,
             "executions": g.executions,
             "success_rate": g.success_rate,
             "distinct_queries": g.distinct_queries,
             "last_seen_days": g.last_seen_days,
             **{f"gate_{k}": v for k, v in g.checks.items()},
             "score": g.score,
-            "decision": g.decision,
-            "reason": g.reason or "",
         }
         for r in reports
         for g in r.gates

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from uuid import UUID
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -28,22 +29,37 @@ def artifact_key(skill_id: str) -> str:
     return "review-" + re.sub(r"[^a-z0-9-]", "-", skill_id.lower())[:12]
 
 
-@stage()
+@stage(run_name="load-review-{skill_id}")
 def load_review(database_url: str | None, skill_id: str, config: PromotionConfig) -> ReviewEvidence:
-    return gather_evidence(engine_for(database_url), skill_id, config)
+    evidence = gather_evidence(engine_for(database_url), skill_id, config)
+    get_run_logger().info(
+        "loaded skill %s v%d revision %d (%s), chart %s",
+        evidence.skill_id, evidence.version, evidence.revision, evidence.status,
+        "rendered" if evidence.chart_png_base64 else "none",
+    )  # fmt: skip
+    return evidence
 
 
-@task(cache_policy=NO_CACHE)
-def publish_review(evidence: ReviewEvidence) -> str:
+@task(cache_policy=NO_CACHE, task_run_name="publish-review-{evidence.skill_id}")
+def publish_review(evidence: ReviewEvidence) -> str | None:
+    """The review page (with its chart) and the evidence table; returns the page's UI URL when known."""
+    from prefect.utilities.urls import url_for
+
     key = artifact_key(evidence.skill_id)
-    create_markdown_artifact(key=key, markdown=render_markdown(evidence), description="SKILL.md under review")
+    artifact_id = create_markdown_artifact(
+        key=key,
+        markdown=render_markdown(evidence),
+        description=f"SKILL.md under review: {evidence.name} v{evidence.version}.{evidence.revision}",
+    )
     rows = evidence_table(evidence)
     if rows:
         create_table_artifact(key=f"{key}-evidence", table=rows, description="Source class, baseline, validation")
-    return key
+    url = url_for("artifact", obj_id=artifact_id) if isinstance(artifact_id, UUID) else None
+    get_run_logger().info("published review artifact %s (%d evidence rows)", key, len(rows))
+    return url
 
 
-@stage()
+@stage(run_name="apply-{decision}-{skill_id}")
 def apply_decision(
     database_url: str | None,
     skill_id: str,
@@ -52,14 +68,17 @@ def apply_decision(
     reason: str,
     config: PromotionConfig,
     flow_run_id: str | None,
+    revision: int | None = None,
+    skill_md: str | None = None,
 ) -> ReviewOutcome:
     engine = engine_for(database_url)
     return apply_review_decision(
-        engine, skill_id, decision, reviewer, reason=reason, config=config, flow_run_id=flow_run_id
-    )
+        engine, skill_id, decision, reviewer, reason=reason, config=config, flow_run_id=flow_run_id,
+        revision=revision, skill_md=skill_md,
+    )  # fmt: skip
 
 
-@stage()
+@stage(run_name="review-timeout-{skill_id}")
 def record_timeout(database_url: str | None, skill_id: str, flow_run_id: str | None) -> None:
     """A review nobody answered: the skill stays in shadow; the audit log says so."""
     log_review_event(engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from prefect import task
@@ -52,3 +53,16 @@ def publish_shadow_summary(report: DrainReport) -> None:
     create_markdown_artifact(
         key="shadow-evaluation", markdown="\n".join(lines), description="Shadow evaluation summary"
     )
+
+
+@stage()
+def note_backlog(database_url: str | None, threshold: int) -> int:
+    """Count the shadow outbox and emit ``skillflow.outbox.backlog`` above ``threshold``; returns the count."""
+    from skillflow.storage.outbox import pending_count
+    from tasks.events import emit_backlog
+
+    engine = engine_for(database_url)
+    with engine.connect() as conn:
+        pending = pending_count(conn)
+    emit_backlog(pending, threshold, os.path.basename(engine.url.database or "") or engine.url.drivername)
+    return pending

@@ -78,6 +78,20 @@ class Rule:
     tools_before: dict[str, list[str]]
     reason: str = ""
     inner: dict[str, int] = field(default_factory=dict)
+    _parts: tuple[_Index, dict[str, list[LiveSkill]], dict[str, set[str]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def parts(self) -> tuple[_Index, dict[str, list[LiveSkill]], dict[str, set[str]]]:
+        """The index, skills by intent and tools-before sets, built once per rule (decide runs per request)."""
+        if self._parts is None:
+            index = _Index.__new__(_Index)
+            index.labels, index.vecs, index.lab = self.labels, self.exemplars, self.exemplar_labels
+            index.starts = np.searchsorted(index.lab, np.arange(len(self.labels)))
+            index.present = np.isin(np.arange(len(self.labels)), index.lab)
+            before = {k: set(v) for k, v in self.tools_before.items()}
+            self._parts = (index, _by_intent(self.skills), before)
+        return self._parts
 
     @property
     def injects(self) -> bool:
@@ -325,12 +339,8 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
     """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``."""
     if not rule.injects:
         return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
-    index = _Index.__new__(_Index)
-    index.labels, index.vecs, index.lab = rule.labels, rule.exemplars, rule.exemplar_labels
-    index.starts = np.searchsorted(index.lab, np.arange(len(rule.labels)))
-    index.present = np.isin(np.arange(len(rule.labels)), index.lab)
-    before = {k: set(v) for k, v in rule.tools_before.items()}
-    label, s1, s2, skill = _score(index, q, prefix, _by_intent(rule.skills), before)
+    index, by_intent, before = rule.parts()
+    label, s1, s2, skill = _score(index, q, prefix, by_intent, before)
     if label == NONE:
         return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
     floor = max(rule.floors.get(label, NEVER), rule.lower_bound)

@@ -187,6 +187,28 @@ def active_skill_ids(conn: Connection, agent_id: str | None = None, user_id: str
     return list(conn.execute(q.order_by(skillbox.c.id)).scalars())
 
 
+def active_partitions(conn: Connection, agent_id: str | None = None, user_id: str | None = None) -> list[tuple[str, str]]:
+    """The (agent, user) partitions that have an ACTIVE skill, in order (the units a drift fan-out spreads)."""
+    q = select(skillbox.c.agent_id, skillbox.c.user_id).where(skillbox.c.status == SkillStatus.ACTIVE.value)
+    if agent_id is not None:
+        q = q.where(skillbox.c.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(skillbox.c.user_id == user_id)
+    q = q.distinct().order_by(skillbox.c.agent_id, skillbox.c.user_id)
+    return [(str(a), str(u)) for a, u in conn.execute(q)]
+
+
+def merge_reports(parts: list[DriftReport], dry_run: bool) -> DriftReport:
+    """One report summing the per-partition reports of a fan-out (no id of its own: each part is stored)."""
+    total = DriftReport(dry_run=dry_run)
+    for part in parts:
+        total.checked += part.checked
+        total.demoted.extend(part.demoted)
+        total.flagged.extend(part.flagged)
+        total.skills.extend(part.skills)
+    return total
+
+
 def check_skill(
     engine: Engine,
     skill_id: str,

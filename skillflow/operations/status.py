@@ -15,12 +15,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, case, func, select
 
 from skillflow.kernel.config import PromotionConfig
-from skillflow.kernel.models import LIVE_STATUSES, utcnow
-from skillflow.promotion.gates import evaluate_gates
-from skillflow.storage.aggregate import aggregate_classes
+from skillflow.kernel.models import utcnow
+from skillflow.promotion.cycle import assess_classes, backfill_command
+from skillflow.storage.aggregate import cycle_count, unhashed_runs
 from skillflow.storage.schema import reports, skill_events, skillbox, workflow_memory
 
-# Flow (= deployment) name -> the ``reports.kind`` it stores (None: it stores no report).
+# Flow (= deployment) name -> the ``reports.kind`` it stores (None: it stores no report). Both promotion flows
+# store kind ``promotion``; the report body's ``mode`` (``cycle`` | ``distill``) tells them apart.
 FLOW_REPORT_KINDS: dict[str, str | None] = {
     "promotion-cycle": "promotion",
     "distill-class": "promotion",
@@ -30,6 +31,10 @@ FLOW_REPORT_KINDS: dict[str, str | None] = {
     "data-quality": "data-quality",
     "backfill-canonical-hashes": "backfill",
 }
+FLOW_REPORT_MODES = {"promotion-cycle": "cycle", "distill-class": "distill"}
+# Only finished runs count as "last run": a scheduled or running one is not a result yet.
+FINISHED_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+MODE_SCAN = 500  # newest promotion reports read to find the newest of each mode
 UNKNOWN = "unknown"
 
 
@@ -43,6 +48,8 @@ class TenantStatus:
     eligibility_method: str
     outbox_backlog: int
     skills: dict[str, dict[str, int]] = field(default_factory=dict)
+    unhashed_runs: int = 0  # legacy rows without a canonical hash: not aggregated until backfilled
+    backfill_command: str | None = None  # the exact command that hashes them (None when there are none)
 
 
 @dataclass
@@ -83,23 +90,14 @@ def _skill_counts(conn: Connection, agent_id: str | None) -> dict[tuple[str, str
     return out
 
 
-def _eligible_by_gates(conn: Connection, agent_id: str, user_id: str, config: PromotionConfig) -> int:
-    now = utcnow()
-    live = set(
-        conn.execute(
-            select(skillbox.c.canonical_hash).where(
-                skillbox.c.agent_id == agent_id,
-                skillbox.c.user_id == user_id,
-                skillbox.c.status.in_([s.value for s in LIVE_STATUSES]),
-            )
-        ).scalars()
-    )
-    stats = aggregate_classes(conn, agent_id, user_id, now=now)
-    return sum(1 for s in stats if evaluate_gates(s, config, now, s.canonical_hash in live).eligible)
+def _eligible_by_gates(engine: Engine, conn: Connection, agent_id: str, user_id: str, config: PromotionConfig) -> int:
+    """What the next cycle would find eligible: its own gates, declared tool flags, live skills and backoff."""
+    cycle = cycle_count(conn, agent_id, user_id) + 1
+    return sum(1 for a in assess_classes(engine, agent_id, user_id, config, utcnow(), cycle) if a.eligible)
 
 
 def tenant_status(engine: Engine, config: PromotionConfig, agent_id: str | None = None) -> list[TenantStatus]:
-    """Runs, classes, eligible classes, skills by status and role, and the shadow outbox per tenant."""
+    """Runs, classes, eligible classes, skills by status and role, the shadow outbox and unhashed legacy rows."""
     out: list[TenantStatus] = []
     with engine.connect() as conn:
         skills = _skill_counts(conn, agent_id)
@@ -112,12 +110,16 @@ def tenant_status(engine: Engine, config: PromotionConfig, agent_id: str | None 
                     user_id=key[1],
                     runs=int(row.runs) if row else 0,
                     classes=int(row.classes) if row else 0,
-                    eligible_classes=_eligible_by_gates(conn, key[0], key[1], config) if row else 0,
+                    eligible_classes=_eligible_by_gates(engine, conn, key[0], key[1], config) if row else 0,
                     eligibility_method="promotion gates",
                     outbox_backlog=int(row.backlog) if row else 0,
                     skills=skills.get(key, {}),
                 )
             )
+            legacy = unhashed_runs(conn, key[0], key[1]) if row else 0
+            if legacy:
+                out[-1].unhashed_runs = legacy
+                out[-1].backfill_command = backfill_command(engine).strip("`")
     return out
 
 
@@ -126,11 +128,26 @@ def _last_reports(conn: Connection) -> dict[str, tuple[datetime, str | None]]:
     q = select(reports.c.kind, reports.c.created_at, reports.c.flow_run_id).join(
         latest, (latest.c.kind == reports.c.kind) & (latest.c.at == reports.c.created_at)
     )
-    return {row.kind: (row.created_at, row.flow_run_id) for row in conn.execute(q)}
+    found = {row.kind: (row.created_at, row.flow_run_id) for row in conn.execute(q)}
+    newest = (
+        select(reports.c.created_at, reports.c.flow_run_id, reports.c.body)
+        .where(reports.c.kind == "promotion")
+        .order_by(reports.c.created_at.desc())
+        .limit(MODE_SCAN)
+    )
+    for row in conn.execute(newest):
+        mode = (row.body or {}).get("mode", "cycle") if isinstance(row.body, dict) else "cycle"
+        found.setdefault(f"promotion:{mode}", (row.created_at, row.flow_run_id))
+    return found
 
 
 def _prefect_last_run(api_url: str, flow_name: str, timeout: float) -> dict[str, Any] | None:
-    body = {"flows": {"name": {"any_": [flow_name]}}, "sort": "EXPECTED_START_TIME_DESC", "limit": 1}
+    body = {
+        "flows": {"name": {"any_": [flow_name]}},
+        "flow_runs": {"state": {"type": {"any_": FINISHED_STATES}}},
+        "sort": "END_TIME_DESC",
+        "limit": 1,
+    }
     req = urllib.request.Request(
         f"{api_url.rstrip('/')}/flow_runs/filter",
         data=json.dumps(body).encode(),
@@ -148,7 +165,8 @@ def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: flo
         last = _last_reports(conn)
     out = []
     for name, kind in FLOW_REPORT_KINDS.items():
-        at, run_id = last.get(kind or "", (None, None))
+        key = f"{kind}:{FLOW_REPORT_MODES[name]}" if name in FLOW_REPORT_MODES else kind or ""
+        at, run_id = last.get(key, (None, None))
         out.append(
             FlowStatus(flow=name, report_kind=kind, last_report_at=at, last_report_flow_run_id=run_id, state=UNKNOWN)
         )
@@ -162,7 +180,7 @@ def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: flo
                 continue
             state = run.get("state") or {}
             item.state = str(state.get("name") or state.get("type") or UNKNOWN)
-            stamp = run.get("start_time") or run.get("expected_start_time")
+            stamp = run.get("end_time") or run.get("start_time")
             item.last_run_at = datetime.fromisoformat(stamp) if stamp else None
             item.last_flow_run_id = run.get("id")
     except (OSError, ValueError):  # URLError/HTTPError/timeouts are OSErrors; bad JSON is a ValueError
@@ -185,14 +203,20 @@ def collect_status(
 def list_events(
     engine: Engine, skill_id: str | None = None, agent_id: str | None = None, limit: int = 50
 ) -> list[dict[str, Any]]:
-    """The lifecycle log, newest first: who, what, when, why, and the flow run that did it."""
+    """The lifecycle log, newest first: who, what, when, why, and the flow run that did it.
+
+    ``skill_id`` may be a prefix of at least 6 characters (``skillflow skills`` prints 12).
+    """
     ev = skill_events
     q = select(
         ev.c.created_at, ev.c.skill_id, ev.c.agent_id, ev.c.user_id, ev.c.event, ev.c.from_status, ev.c.to_status,
         ev.c.actor, ev.c.reason, ev.c.flow_run_id, ev.c.details,
     )  # fmt: skip
     if skill_id is not None:
-        q = q.where(ev.c.skill_id == skill_id)
+        match = ev.c.skill_id == skill_id
+        if len(skill_id) >= 6:
+            match = match | ev.c.skill_id.startswith(skill_id, autoescape=True)
+        q = q.where(match)
     if agent_id is not None:
         q = q.where(ev.c.agent_id == agent_id)
     q = q.order_by(ev.c.created_at.desc(), ev.c.id.desc()).limit(limit)

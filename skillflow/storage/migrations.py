@@ -167,6 +167,42 @@ def _m008(conn: Connection) -> None:
         conn.execute(CreateIndex(_index(8, table, name)))
 
 
+M010_INDEX = ("workflow_memory", "ix_workflow_memory_stats_pending")
+M010_TABLES = ("class_stats", "class_fingerprints", "class_stats_state")
+
+
+def _m010(conn: Connection) -> None:
+    """Maintained class statistics (docs/guide/aggregate.md): ``workflow_memory.stats_pending`` (NULL on the rows
+    already stored, default 1 for every new row, so the first fold is a recount, not a rewrite of the table), its
+    pending-only index, and the statistics tables. Every step checks first."""
+    check = "CHECK (stats_pending = 1)"
+    _add_column(
+        conn,
+        "workflow_memory",
+        "stats_pending",
+        # SQLite cannot change a default later: old rows get 1 too, and the first fold's recount clears them.
+        sqlite=f"ALTER TABLE workflow_memory ADD COLUMN stats_pending SMALLINT DEFAULT 1 "
+        f"CONSTRAINT ck_workflow_memory_stats_pending {check}",
+        postgresql=[
+            "ALTER TABLE workflow_memory ADD COLUMN stats_pending SMALLINT",
+            f"ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_stats_pending {check}",
+        ],
+        oracle=[
+            "ALTER TABLE workflow_memory ADD (stats_pending SMALLINT)",
+            f"ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_stats_pending {check}",
+        ],
+    )
+    if conn.dialect.name == "postgresql":  # metadata only: existing rows keep NULL (folded by the first recount)
+        conn.execute(text("ALTER TABLE workflow_memory ALTER COLUMN stats_pending SET DEFAULT 1"))
+    elif conn.dialect.name == "oracle":
+        conn.execute(text("ALTER TABLE workflow_memory MODIFY (stats_pending DEFAULT 1)"))
+    table, name = M010_INDEX
+    if not _has_index(conn, table, name):
+        conn.execute(CreateIndex(_index(10, table, name)))
+    for table_name in M010_TABLES:
+        build_metadata(10).tables[table_name].create(conn, checkfirst=True)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
@@ -175,6 +211,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "007_add_skill_revisions", _m007),
     Migration(8, "008_add_conversations", _m008),
     Migration(9, "009_add_applicability_rules", _m009),
+    Migration(10, "010_add_class_stats", _m010),
 )
 
 

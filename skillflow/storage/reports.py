@@ -58,3 +58,15 @@ def latest_body(conn: Connection, kind: str) -> Any:
     """The body of the newest report of ``kind`` (None when there is none)."""
     q = select(reports.c.body).where(reports.c.kind == kind).order_by(reports.c.created_at.desc()).limit(1)
     return conn.execute(q).scalar()
+
+
+def bodies_of_runs(conn: Connection, kind: str, flow_run_ids: list[str]) -> list[Any]:
+    """The bodies of every non-dry-run report of ``kind`` written by these flow runs (a fan-out's children)."""
+    if not flow_run_ids:
+        return []
+    q = (
+        select(reports.c.body)
+        .where(reports.c.kind == kind, reports.c.flow_run_id.in_(flow_run_ids), reports.c.dry_run == 0)
+        .order_by(reports.c.created_at, reports.c.id)
+    )
+    return list(conn.execute(q).scalars())

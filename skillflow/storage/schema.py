@@ -7,8 +7,9 @@ creates the upstream-era shape, 002 adds ``skillbox.injection_role`` and 003 add
 ``ix_skillbox_tenant_updated``, 007 adds ``skill_revisions`` (every edited revision of a skill version, see
 docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memory.conversation_id`` and
 ``segment_index`` (runs recorded per conversation, docs/guide/runtime.md) and ``agent_tools.changes_state``,
-009 adds ``applicability_rules`` (each tenant's fitted injection rule, docs/guide/runtime.md), so fresh installs
-and upgrades follow one path.
+009 adds ``applicability_rules`` (each tenant's fitted injection rule, docs/guide/runtime.md), 010 adds
+``workflow_memory.stats_pending`` and the maintained class statistics ``class_stats``, ``class_fingerprints``,
+``class_stats_state`` (docs/guide/aggregate.md), so fresh installs and upgrades follow one path.
 ``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
 """
 
@@ -31,7 +32,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 9
+LATEST = 10
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -119,6 +120,13 @@ def build_metadata(level: int = LATEST) -> MetaData:
         wf.append(Column("conversation_id", String(TENANT)))
         wf.append(Column("segment_index", Integer))
         wf.append(Index("ix_workflow_memory_conversation", "agent_id", "user_id", "conversation_id"))
+    if level >= 10:  # 1 = not yet folded into class_stats (new rows), NULL = folded; only pending rows are indexed
+        wf.append(Column("stats_pending", SmallInteger, server_default=text("1")))
+        wf.append(CheckConstraint("stats_pending = 1", name="stats_pending"))
+        pending = text("stats_pending IS NOT NULL")
+        wf.append(
+            Index("ix_workflow_memory_stats_pending", "stats_pending", postgresql_where=pending, sqlite_where=pending)
+        )
     if level >= 4:
         # Covers the per-tenant GROUP BY canonical_hash (aggregate.aggregate_query) without touching table
         # rows; its first four columns are the old ix_workflow_memory_class, which 004 drops as redundant.
@@ -311,6 +319,9 @@ def build_metadata(level: int = LATEST) -> MetaData:
         _json_col(ar, "rule", nullable=False)
         Table("applicability_rules", md, *ar)
 
+    if level >= 10:
+        _class_stats_tables(md)
+
     tools: list = [
         Column("agent_id", String(TENANT), primary_key=True),
         Column("tool_name", String(255), primary_key=True),
@@ -321,6 +332,44 @@ def build_metadata(level: int = LATEST) -> MetaData:
         tools.append(CheckConstraint("changes_state IN (0, 1)", name="changes_state"))
     Table("agent_tools", md, *tools)
     return md
+
+
+def _class_stats_tables(md: MetaData) -> None:
+    """Migration 010: per-class statistics kept current by ``storage.class_stats`` (docs/guide/aggregate.md)."""
+    counts = ("successes", "failures", "unknown", "distinct_queries", "stamped")
+    Table(
+        "class_stats",
+        md,
+        Column("agent_id", String(TENANT), primary_key=True),
+        Column("user_id", String(TENANT), primary_key=True),
+        Column("canonical_hash", String(64), primary_key=True),
+        *(Column(name, Integer, nullable=False, server_default=text("0")) for name in counts),
+        Column("first_seen", UTCDateTime()),
+        Column("last_seen", UTCDateTime()),
+        Column("newest_at", UTCDateTime(), nullable=False),
+        Column("tool_sequence", String(4000)),
+        Column("since", UTCDateTime()),
+        Column("stale", SmallInteger, nullable=False, server_default=text("0")),
+        Column("updated_at", UTCDateTime(), nullable=False),
+        CheckConstraint("stale IN (0, 1)", name="stale"),
+    )
+    Table(
+        "class_fingerprints",
+        md,
+        Column("agent_id", String(TENANT), primary_key=True),
+        Column("user_id", String(TENANT), primary_key=True),
+        Column("canonical_hash", String(64), primary_key=True),
+        Column("query_fingerprint", String(64), primary_key=True),
+        Column("last_seen", UTCDateTime(), nullable=False),
+    )
+    Table(
+        "class_stats_state",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("recounted_at", UTCDateTime(), nullable=False),
+        Column("folded_at", UTCDateTime(), nullable=False),
+        Column("last_folded", Integer, nullable=False, server_default=text("0")),
+    )
 
 
 metadata = build_metadata(LATEST)
@@ -338,3 +387,6 @@ agent_tools = metadata.tables["agent_tools"]
 schema_migrations = metadata.tables["schema_migrations"]
 skill_revisions = metadata.tables["skill_revisions"]
 applicability_rules = metadata.tables["applicability_rules"]
+class_stats = metadata.tables["class_stats"]
+class_fingerprints = metadata.tables["class_fingerprints"]
+class_stats_state = metadata.tables["class_stats_state"]

@@ -1,4 +1,4 @@
-"""The fitted applicability rule end to end on SQLite and PostgreSQL: stored, applied by prepare, fail-safe when stale."""
+"""The fitted applicability rule on SQLite and PostgreSQL: stored, applied by prepare, fail-safe when stale."""
 
 from __future__ import annotations
 

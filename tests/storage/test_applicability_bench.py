@@ -1,4 +1,4 @@
-"""The τ-bench applicability bench at tiny size: segments, grouped folds, rate bookkeeping, prepare timing (no timing asserts)."""
+"""The τ-bench applicability bench at tiny size: segments, grouped folds, rates, prepare timing (no timing asserts)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_outer_folds_are_grouped_by_task_and_rates_add_up(tmp_path: Path) -> Non
     assert set(result.rows) == {"fitted", "fixed", "ceiling"} and len(result.fitted) == 3
     for levels in result.rows.values():
         for r in levels.values():
-            assert r.P + r.N == len(segs)
+            assert len(segs) == r.P + r.N
             assert r.hit + r.wrong + r.miss == pytest.approx(1.0)
     assert result.rows["ceiling"]["intent"].miss == 0.0  # the ceiling never abstains on a positive
     assert result.rows["fitted"]["intent"].wrong <= result.rows["ceiling"]["intent"].wrong

@@ -83,11 +83,14 @@ def test_status_per_tenant(engine: Engine) -> None:
 def test_status_counts_eligible_classes(engine: Engine) -> None:
     config = PromotionConfig(min_executions=3)
     sf = Skillflow(agent_id="a1", engine=engine, config=config)
-    steps = [Step(tool="lookup_order", arguments={"order_id": "A1"})]
+    # A single read-only call is trivial (the cycle's not_trivial gate): status must not count it either.
+    track = [Step(tool="lookup_order", arguments={"order_id": "A1"})]
+    refund = [*track, Step(tool="issue_refund", arguments={"amount": 1})]
     for i in range(3):
-        sf.record_run(f"track order {i}", "u1", steps, strict=True)
+        sf.record_run(f"track order {i}", "u1", track, strict=True)
+        sf.record_run(f"refund order {i}", "u1", refund, strict=True)
     status = collect_status(engine, config)
-    assert status["tenants"][0]["eligible_classes"] == 1
+    assert status["tenants"][0]["classes"] == 2 and status["tenants"][0]["eligible_classes"] == 1
     assert collect_status(engine, PromotionConfig(min_executions=4))["tenants"][0]["eligible_classes"] == 0
 
 

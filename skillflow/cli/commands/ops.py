@@ -105,6 +105,14 @@ def status_cmd(
     if status["tenants"]:
         console.print(tenants)
         console.print(f"eligible classes by: {status['tenants'][0]['eligibility_method']}")
+        for t in status["tenants"]:
+            if t["unhashed_runs"]:
+                console.print(
+                    f"{t['agent_id']}/{t['user_id']}: {t['unhashed_runs']} legacy run(s) have no canonical hash "
+                    f"and are not aggregated: run `{t['backfill_command']}`",
+                    markup=False,
+                    soft_wrap=True,  # one line: the command must survive a copy and paste
+                )
     else:
         console.print("No runs or skills stored yet.")
     flows = Table(title="Flows" + ("" if prefect_api else " (no Prefect API configured: states unknown)"))

@@ -1,0 +1,92 @@
+"""Prefect events for operators and automations: skills promoted, activated, demoted, rejected; backlog; quality.
+
+Events are emitted by the orchestration layer from the reports the domain returns (the domain never imports
+Prefect). Emitting never breaks a run: any error is logged by class and dropped. Resources are
+``skillflow.skill.<id>`` (or ``skillflow.class.<hash>`` for a rejected class, ``skillflow.outbox.<db>``,
+``skillflow.quality.<report id>``) with ``skillflow.agent_id`` / ``skillflow.user_id`` labels; payloads carry
+ids and counts only (docs/guide/ops.md, "Events and automations").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger("skillflow.events")
+
+PROMOTED = "skillflow.skill.promoted"
+ACTIVATED = "skillflow.skill.activated"
+DEMOTED = "skillflow.skill.demoted"
+REJECTED = "skillflow.skill.rejected"  # a reviewer rejected the skill
+CLASS_REJECTED = "skillflow.class.rejected"  # a cycle rejected a class (distillation or validation)
+BACKLOG = "skillflow.outbox.backlog"
+QUALITY_BLOCKING = "skillflow.quality.blocking"
+
+
+def emit(event: str, resource_id: str, labels: dict[str, str] | None = None, payload: Any = None) -> bool:
+    """Emit one event; True when handed to Prefect's event client, False when dropped (never raises)."""
+    try:
+        from prefect.events import emit_event
+
+        resource = {"prefect.resource.id": resource_id, **(labels or {})}
+        return emit_event(event=event, resource=resource, payload=payload or {}) is not None
+    except Exception as exc:  # noqa: BLE001 - an event must never fail the pipeline
+        log.warning("event %s not emitted: %s", event, type(exc).__name__)
+        return False
+
+
+def tenant(agent_id: str, user_id: str) -> dict[str, str]:
+    return {"skillflow.agent_id": agent_id, "skillflow.user_id": user_id}
+
+
+def emit_promotion(reports: Iterable[Any]) -> int:
+    """One ``skill.promoted`` per new skill and one ``class.rejected`` per rejected class of each cycle report."""
+    sent = 0
+    for r in reports:
+        if r.dry_run:
+            continue
+        labels = tenant(r.agent_id, r.user_id)
+        for skill_id in r.promoted:
+            sent += emit(PROMOTED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle})
+        for canonical_hash, reasons in r.rejected:
+            payload = {"cycle": r.cycle, "canonical_hash": canonical_hash, "reasons": len(reasons)}
+            sent += emit(CLASS_REJECTED, f"skillflow.class.{canonical_hash}", labels, payload)
+    return sent
+
+
+def emit_demotions(demoted: Iterable[Any], dry_run: bool) -> int:
+    """One ``demoted`` per drift demotion (``SkillDrift`` rows)."""
+    if dry_run:
+        return 0
+    return sum(
+        emit(DEMOTED, f"skillflow.skill.{d.skill_id}", tenant(d.agent_id, d.user_id), {"version": d.version})
+        for d in demoted
+    )
+
+
+def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:
+    """``skill.activated`` or ``skill.rejected`` when a reviewer's decision was applied."""
+    if not outcome.applied:
+        return False
+    if outcome.status == "active":
+        event = ACTIVATED
+    elif outcome.status == "rejected":
+        event = REJECTED
+    else:
+        return False
+    payload = {"decision": outcome.decision, "injection_role": outcome.injection_role}
+    return emit(event, f"skillflow.skill.{outcome.skill_id}", tenant(agent_id, user_id), payload)
+
+
+def emit_backlog(pending: int, threshold: int, database: str) -> bool:
+    """``skillflow.outbox.backlog`` when more than ``threshold`` runs wait for shadow evaluation."""
+    if pending <= threshold:
+        return False
+    return emit(BACKLOG, f"skillflow.outbox.{database}", None, {"count": pending, "threshold": threshold})
+
+
+def emit_quality_blocking(report_id: str, failed_checks: list[str]) -> bool:
+    return emit(
+        QUALITY_BLOCKING, f"skillflow.quality.{report_id}", None, {"failed": failed_checks, "count": len(failed_checks)}
+    )

@@ -1,0 +1,171 @@
+"""Fan-out of partitions: fleet settings, chunking, child flow runs on a work pool, and the wait for them.
+
+Two modes (docs/guide/ops.md, "Fan-out"): ``local`` runs every chunk in this process, one partition after
+another (the embedded default: ``skillflow serve``, the CLI, tests); ``pool`` starts one child flow run per
+chunk on a work pool with ``run_deployment`` and waits for all of them with one filter query per poll.
+``auto`` picks ``pool`` when the current flow run itself came from a work pool (``skillflow deploy``),
+else ``local``. Prefect does the scheduling; nothing here is a queue of our own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+log = logging.getLogger("skillflow.fanout")
+
+T = TypeVar("T")
+FanOut = Literal["auto", "local", "pool"]
+Mode = Literal["local", "pool"]
+
+
+class FleetSettings(BaseSettings):
+    """How flows spread partitions over workers (environment prefix ``SKILLFLOW_FLEET_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SKILLFLOW_FLEET_", extra="ignore")
+
+    fan_out: FanOut = Field(
+        "auto", description="local: in this process; pool: child runs on a work pool; auto: pool inside a pool run"
+    )
+    chunks: int = Field(
+        0, ge=0, le=10_000, description="Child runs per flow run in pool mode (0 = one per online worker slot)"
+    )
+    concurrency_limit: str = Field(
+        "skillflow-partitions",
+        min_length=1,
+        max_length=100,
+        description="Global concurrency limit held by each partition in pool mode (strict: it must exist)",
+    )
+    poll_seconds: float = Field(2.0, gt=0, le=60, description="How often a parent polls its child runs")
+    child_timeout_seconds: float = Field(
+        6 * 3600.0, gt=0, le=7 * 86_400, description="A parent gives up on child runs after this long"
+    )
+    outbox_backlog_threshold: int = Field(
+        10_000, ge=1, le=10**9, description="Emit skillflow.outbox.backlog when more runs than this are pending"
+    )
+
+
+def chunk(items: Sequence[T], n: int) -> list[list[T]]:
+    """``items`` split into at most ``n`` contiguous chunks whose sizes differ by at most one (order kept)."""
+    if n < 1:
+        raise ValueError("n must be at least 1")
+    n = min(n, len(items))
+    if n == 0:
+        return []
+    size, extra = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(items[start:end]))
+        start = end
+    return out
+
+
+def current_work_pool() -> str | None:
+    """The work pool of the flow run we are inside (None when served, embedded or outside a run)."""
+    try:
+        from prefect.context import FlowRunContext
+
+        ctx = FlowRunContext.get()
+        return ctx.flow_run.work_pool_name if ctx is not None and ctx.flow_run is not None else None
+    except Exception:  # noqa: BLE001 - no context means no pool
+        return None
+
+
+def resolve_mode(requested: FanOut | None, settings: FleetSettings | None = None) -> Mode:
+    """``local`` or ``pool``: an explicit request wins, then the setting; ``auto`` follows the current run."""
+    choice = requested or (settings or FleetSettings()).fan_out
+    if choice == "auto":
+        return "pool" if current_work_pool() else "local"
+    return choice
+
+
+def worker_slots(deployment: str) -> int:
+    """Online workers of the deployment's pool, capped by the pool's concurrency limit (at least 1)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        dep = client.read_deployment_by_name(deployment)
+        if not dep.work_pool_name:
+            raise RuntimeError(f"deployment {deployment} has no work pool: register it with `skillflow deploy`")
+        pool = client.read_work_pool(dep.work_pool_name)
+        workers = client.read_workers_for_work_pool(dep.work_pool_name)
+    online = sum(1 for w in workers if str(getattr(w.status, "value", w.status)).upper() == "ONLINE")
+    slots = max(online, 1)
+    return min(slots, pool.concurrency_limit) if pool.concurrency_limit else slots
+
+
+@contextlib.contextmanager
+def partition_slot(limit: str | None) -> Iterator[None]:
+    """Hold one slot of the global concurrency limit ``limit`` (strict: a missing limit is an error)."""
+    if not limit:
+        yield
+        return
+    from prefect.concurrency.sync import concurrency
+
+    with concurrency(limit, occupy=1, strict=True):
+        yield
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """One child flow run of a fan-out and how it ended."""
+
+    index: int
+    flow_run_id: str
+    state: str  # COMPLETED, FAILED, CRASHED, CANCELLED, … or TIMED_OUT when the parent gave up
+    message: str = ""
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "COMPLETED"
+
+
+def run_children(
+    deployment: str, parameters: Sequence[dict[str, Any]], parent_id: str | None, settings: FleetSettings
+) -> list[ChildRun]:
+    """Start one child run of ``deployment`` per parameter set, linked to the parent, and wait for all of them.
+
+    The idempotency key ``<parent>-<index>`` makes a retried parent find its children instead of doubling them.
+    """
+    from prefect.deployments import run_deployment
+
+    started = []
+    for i, params in enumerate(parameters):
+        key = f"{parent_id}-{deployment}-{i}" if parent_id else None
+        fr = run_deployment(deployment, parameters=params, timeout=0, as_subflow=True, idempotency_key=key)
+        started.append(str(fr.id))
+    log.info("fan-out: %d child run(s) of %s started", len(started), deployment)
+    final = wait_for(started, settings.poll_seconds, settings.child_timeout_seconds)
+    return [
+        ChildRun(i, rid, *final.get(rid, ("TIMED_OUT", "the parent stopped waiting"))) for i, rid in enumerate(started)
+    ]
+
+
+def wait_for(run_ids: Sequence[str], poll: float, timeout: float) -> dict[str, tuple[str, str]]:
+    """Final ``(state type, message)`` per run id; one filter query per poll, not one request per child."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    pending = {UUID(r) for r in run_ids}
+    final: dict[str, tuple[str, str]] = {}
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while pending and time.monotonic() < deadline:
+            flt = FlowRunFilter(id=FlowRunFilterId(any_=sorted(pending)))
+            for fr in client.read_flow_runs(flow_run_filter=flt, limit=len(pending)):
+                if fr.state is not None and fr.state.is_final():
+                    final[str(fr.id)] = (fr.state.type.value, (fr.state.message or "")[:200])
+                    pending.discard(fr.id)
+            if pending:
+                time.sleep(poll)
+    return final
