@@ -48,7 +48,7 @@ def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
     params = params or DriftDemotionParams()
     config = load_promotion_config(overrides=params.config_overrides)
     agent_id, user_id = params.agent_id or None, params.user_id or None
-    url, failed = params.database_url, []
+    url, failed = params.database_url, list[str]()
     if params.partitions is not None:
         report, failed = check_partitions(url, config, [(a, u) for a, u in params.partitions], params.dry_run)
         emit_demotions(report.demoted, params.dry_run)

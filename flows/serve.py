@@ -1,7 +1,8 @@
 """Every skillflow flow as a deployment, defined in code: cron from config/skillflow.toml, params as a form.
 
-``build_deployments(database_url)`` returns one ``RunnerDeployment`` per flow module present;
-``serve_all`` serves them from this process (``skillflow serve`` / ``make serve``). A flow with no cron
+``deployment_specs`` defines every deployment once; ``build_deployments(database_url)`` turns them into
+``RunnerDeployment`` objects that ``serve_all`` serves from this process (``skillflow serve`` / ``make serve``),
+and ``deploy_to_pool`` registers them on a work pool for a fleet of workers (``skillflow deploy``). A flow with no cron
 in ``[schedules]`` is manual-only (trigger it from the UI or ``prefect deployment run``).
 """
 
@@ -11,6 +12,8 @@ import importlib
 import os
 import types
 import typing
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,9 +21,12 @@ from pydantic_core import to_jsonable_python
 
 from skillflow.kernel.config import Settings, load_schedules
 
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
 # File stem = flow function name; deployment name = the stem with hyphens = the flow name.
 FLOW_STEMS = (
     "promotion_cycle",
+    "promotion_partitions",
     "distill_class",
     "shadow_evaluation",
     "activation_review",
@@ -69,24 +75,109 @@ def default_parameters(model: type[BaseModel], database_url: str) -> dict[str, A
     return typing.cast(dict[str, Any], to_jsonable_python(values))
 
 
-def build_deployments(database_url: str | None = None) -> list[Any]:
-    """One ``RunnerDeployment`` per available flow, with its cron (or none) and default parameters."""
+# Extra deployments a work pool needs: (flow stem, deployment name) of the fan-out children. Served flows run
+# their fan-out in-process and never use them (docs/guide/ops.md, "Fan-out").
+CHILD_DEPLOYMENTS = (("drift_demotion", "drift-partitions"), ("shadow_evaluation", "shadow-drain"))
+# Never twice at once: a second run while one is active is cancelled (CANCEL_NEW), not queued.
+SINGLETONS = ("promotion-cycle",)
+# Flows that do a partition's work; on a split fleet they go to the compute pool, the rest to the control pool.
+COMPUTE = ("promotion-partitions", "drift-partitions", "shadow-drain", "distill-class")
+
+
+@dataclass(frozen=True)
+class DeploymentSpec:
+    """One deployment, defined once for ``skillflow serve`` and ``skillflow deploy``."""
+
+    stem: str
+    name: str
+    flow: Any
+    cron: str | None
+    parameters: dict[str, Any]
+    description: str | None
+    singleton: bool
+    compute: bool
+
+
+def deployment_specs(database_url: str | None = None, children: bool = False) -> list[DeploymentSpec]:
+    """Every available flow's deployment (and, for a work pool, the fan-out children's)."""
     url = database_url or Settings().database_url
     schedules = load_schedules()
-    deployments = []
-    for stem, flow in available_flows():
-        name = deployment_name(stem)
-        model = params_model(flow)
-        deployments.append(
-            flow.to_deployment(
+    flows = dict(available_flows())
+    pairs = [(stem, deployment_name(stem)) for stem in flows]
+    if children:
+        pairs += [(stem, name) for stem, name in CHILD_DEPLOYMENTS if stem in flows]
+    specs = []
+    for stem, name in pairs:
+        flow, model = flows[stem], params_model(flows[stem])
+        specs.append(
+            DeploymentSpec(
+                stem=stem,
                 name=name,
-                cron=schedules.get(name) or None,
+                flow=flow,
+                cron=(schedules.get(name) or None) if name == deployment_name(stem) else None,
                 parameters={"params": default_parameters(model, url)},
-                tags=["skillflow"],
                 description=(flow.description or model.__doc__ or "").strip() or None,
+                singleton=name in SINGLETONS,
+                compute=name in COMPUTE,
             )
         )
-    return deployments
+    return specs
+
+
+def concurrency(spec: DeploymentSpec) -> Any:
+    from prefect.client.schemas.objects import ConcurrencyLimitConfig
+
+    return ConcurrencyLimitConfig(limit=1, collision_strategy="CANCEL_NEW") if spec.singleton else None
+
+
+def build_deployments(database_url: str | None = None) -> list[Any]:
+    """One ``RunnerDeployment`` per available flow, with its cron (or none) and default parameters."""
+    return [
+        spec.flow.to_deployment(
+            name=spec.name,
+            cron=spec.cron,
+            parameters=spec.parameters,
+            tags=["skillflow"],
+            description=spec.description,
+            concurrency_limit=concurrency(spec),
+        )
+        for spec in deployment_specs(database_url)
+    ]
+
+
+def deploy_to_pool(
+    pool: str,
+    database_url: str | None = None,
+    control_pool: str | None = None,
+    env: dict[str, str] | None = None,
+    source: Path = PROJECT_ROOT,
+) -> list[str]:
+    """Register every deployment (children included) on work pools from local source; their full names.
+
+    Workers run them with ``prefect worker start --pool NAME`` from the same project directory (the pull step
+    sets the working directory to ``source``). ``env`` becomes the runs' environment on top of the worker's.
+    """
+    from prefect import flow as prefect_flow
+
+    url = database_url or Settings().database_url
+    variables = {"env": {"SKILLFLOW_DATABASE_URL": url, **(env or {})}}
+    names = []
+    for spec in deployment_specs(url, children=True):
+        loaded: Any = prefect_flow.from_source(source=str(source), entrypoint=f"flows/{spec.stem}.py:{spec.stem}")
+        loaded.deploy(
+            name=spec.name,
+            work_pool_name=pool if spec.compute or not control_pool else control_pool,
+            job_variables=variables,
+            cron=spec.cron,
+            parameters=spec.parameters,
+            tags=["skillflow"],
+            description=spec.description,
+            concurrency_limit=concurrency(spec),
+            print_next_steps=False,
+            ignore_warnings=True,
+        )
+        names.append(f"{spec.flow.name}/{spec.name}")
+    return names
 
 
 def run_log_level() -> str:

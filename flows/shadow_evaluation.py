@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.shadow import DrainReport
-from tasks.shadow import drain_outbox, publish_shadow_summary, requeue_backlog
+from tasks.fanout import FanOut, resolve_mode
+from tasks.shadow import drain_outbox, fan_out_drains, publish_shadow_summary, requeue_backlog
 
 
 class ShadowEvaluationParams(BaseModel):
@@ -26,6 +27,16 @@ class ShadowEvaluationParams(BaseModel):
         False, description="First re-queue tool-calling runs never shadow-evaluated (recorded while it was off)"
     )
     backlog_since: datetime | None = Field(None, description="Re-queue only backlog runs created at or after this")
+    fan_out: FanOut | None = Field(
+        None, description="local: this process; pool: concurrent drains on a work pool (default: the setting)"
+    )
+    chunks: int | None = Field(
+        None, ge=1, le=10_000, description="Concurrent drains in pool mode (default: worker slots)"
+    )
+
+
+class ShadowDrainsFailed(RuntimeError):
+    """Some concurrent drains did not complete; their claims expire and the next drain retries the runs."""
 
 
 @flow(name="shadow-evaluation")
@@ -35,6 +46,14 @@ def shadow_evaluation(params: ShadowEvaluationParams | None = None) -> DrainRepo
     config = load_promotion_config(overrides=params.config_overrides)
     if params.evaluate_backlog and not params.dry_run:
         requeue_backlog(params.database_url, params.backlog_since)
+    if not params.dry_run and resolve_mode(params.fan_out) == "pool":
+        child = params.model_dump(mode="json", exclude={"fan_out", "chunks", "evaluate_backlog", "backlog_since"})
+        pending, failed = fan_out_drains(params.database_url, child, params.chunks)
+        report = DrainReport(pending_left=pending)
+        publish_shadow_summary(report)
+        if failed:
+            raise ShadowDrainsFailed(f"{len(failed)} drain(s) failed: " + "; ".join(failed))
+        return report
     report = drain_outbox(
         params.database_url, config, params.batch_size, params.max_batches, params.embedder, params.dry_run
     )

@@ -140,7 +140,7 @@ def run_children(
     started = []
     for i, params in enumerate(parameters):
         key = f"{parent_id}-{deployment}-{i}" if parent_id else None
-        fr = run_deployment(deployment, parameters=params, timeout=0, as_subflow=True, idempotency_key=key)
+        fr: Any = run_deployment(deployment, parameters=params, timeout=0, as_subflow=True, idempotency_key=key)
         started.append(str(fr.id))
     log.info("fan-out: %d child run(s) of %s started", len(started), deployment)
     final = wait_for(started, settings.poll_seconds, settings.child_timeout_seconds)

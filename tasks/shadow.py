@@ -13,7 +13,7 @@ from skillflow.injection.embeddings import get_embedder
 from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.lifecycle.shadow import DrainReport, drain_shadow_evaluations
 from skillflow.storage.outbox import requeue_unevaluated
-from tasks.common import engine_for, stage
+from tasks.common import engine_for, flow_run_id, stage
 
 
 @stage()
@@ -66,3 +66,25 @@ def note_backlog(database_url: str | None, threshold: int) -> int:
         pending = pending_count(conn)
     emit_backlog(pending, threshold, os.path.basename(engine.url.database or "") or engine.url.drivername)
     return pending
+
+
+CHILD_DEPLOYMENT = "shadow-evaluation/shadow-drain"
+
+
+def fan_out_drains(
+    database_url: str | None, child_params: dict[str, object], chunks: int | None
+) -> tuple[int, list[str]]:
+    """Pool mode: ``chunks`` concurrent drains on the workers (the outbox claims give them disjoint batches).
+
+    Returns the runs still pending afterwards and the child runs that did not complete.
+    """
+    from skillflow.storage.outbox import pending_count
+    from tasks.fanout import FleetSettings, run_children, worker_slots
+
+    settings = FleetSettings()
+    n = chunks or settings.chunks or worker_slots(CHILD_DEPLOYMENT)
+    params = [{"params": {**child_params, "fan_out": "local", "evaluate_backlog": False}} for _ in range(n)]
+    children = run_children(CHILD_DEPLOYMENT, params, flow_run_id(), settings)
+    with engine_for(database_url).connect() as conn:
+        pending = pending_count(conn)
+    return pending, [f"child run {c.flow_run_id} {c.state.lower()}" for c in children if not c.completed]

@@ -1,5 +1,8 @@
 """Reviewer decisions: activate, reject, demote — each one transaction with its event and stamping.
 
+Each decision then refits the tenant's applicability rule for the new live skills, outside its transaction
+(:func:`skillflow.promotion.refit.refresh_rule`): an activated skill is injected at once.
+
 Activation is the explicit approval boundary: no schedule calls :func:`activate_skill`. It re-checks
 that every declared tool still resolves in the agent's registered toolbox, and grants developer
 authority only when ``require_shadow`` is on and the skill actually went through SHADOW.
@@ -12,9 +15,11 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, select, update
 
+from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lifecycle.revisions import current_revision
+from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools, skill_events
 from skillflow.storage.skills import InvalidTransition, SkillRecord, get_skill, transition
 
@@ -98,11 +103,14 @@ def activate_skill(
     reason: str | None = None,
     review: bool = True,
     revision: int | None = None,
+    embedder: Embedder | None = None,
 ) -> SkillRecord:
     """SHADOW (or CANDIDATE) → ACTIVE with ``role`` (default: the skill's stored role), stamping the class.
 
     Raises :class:`ActivationRefused` with reasons; re-activating with the same role is a no-op. ``revision``
-    is the revision the reviewer saw: when the skill was edited since, the activation is refused.
+    is the revision the reviewer saw: when the skill was edited since, the activation is refused. After the
+    commit the tenant's applicability rule is refit for the new live skills (``embedder``: default from the
+    settings; a refit failure leaves the stale rule, which injects nothing, and never fails the activation).
     """
     config = config or load_promotion_config()
     with engine.begin() as conn:
@@ -133,7 +141,8 @@ def activate_skill(
                 SkillStatus.ACTIVE.value,
                 {"review": True, "decision": f"activate_{role}", "revision": current_revision(conn, skill_id)},
             )
-        return updated
+    refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder, config=config)
+    return updated
 
 
 def _retire(
@@ -146,6 +155,7 @@ def _retire(
     flow_run_id: str | None,
     review: bool,
     decision: str,
+    embedder: Embedder | None = None,
 ) -> SkillRecord:
     if not reason or not reason.strip():
         raise ValueError("a reason is required")
@@ -158,20 +168,39 @@ def _retire(
         updated = transition(conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id)
         if review:
             _mark(conn, skill_id, to_status.value, {"review": True, "decision": decision})
-        return updated
+    refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder)  # after the commit; never raises
+    return updated
 
 
 def reject_skill(
-    engine: Engine, skill_id: str, reason: str, *, actor: str, flow_run_id: str | None = None, review: bool = True
+    engine: Engine,
+    skill_id: str,
+    reason: str,
+    *,
+    actor: str,
+    flow_run_id: str | None = None,
+    review: bool = True,
+    embedder: Embedder | None = None,
 ) -> SkillRecord:
     """SHADOW/CANDIDATE → REJECTED with a reason (the class may be re-distilled later as a new version)."""
     allowed = (SkillStatus.SHADOW, SkillStatus.CANDIDATE)
-    return _retire(engine, skill_id, SkillStatus.REJECTED, allowed, reason, actor, flow_run_id, review, "reject")
+    return _retire(
+        engine, skill_id, SkillStatus.REJECTED, allowed, reason, actor, flow_run_id, review, "reject", embedder
+    )
 
 
 def demote_skill(
-    engine: Engine, skill_id: str, reason: str, *, actor: str, flow_run_id: str | None = None, review: bool = True
+    engine: Engine,
+    skill_id: str,
+    reason: str,
+    *,
+    actor: str,
+    flow_run_id: str | None = None,
+    review: bool = True,
+    embedder: Embedder | None = None,
 ) -> SkillRecord:
     """ACTIVE → DEMOTED with a reason; the class's stamps are released in the same transaction."""
     allowed = (SkillStatus.ACTIVE,)
-    return _retire(engine, skill_id, SkillStatus.DEMOTED, allowed, reason, actor, flow_run_id, review, "demote")
+    return _retire(
+        engine, skill_id, SkillStatus.DEMOTED, allowed, reason, actor, flow_run_id, review, "demote", embedder
+    )

@@ -21,8 +21,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Engine, case, func, select
 
+from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import SkillStatus, utcnow
+from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.reports import report_id, write_report
 from skillflow.storage.schema import skill_activations, skillbox
 from skillflow.storage.skills import SkillRecord, get_skill, transition, update_stats
@@ -187,7 +189,9 @@ def active_skill_ids(conn: Connection, agent_id: str | None = None, user_id: str
     return list(conn.execute(q.order_by(skillbox.c.id)).scalars())
 
 
-def active_partitions(conn: Connection, agent_id: str | None = None, user_id: str | None = None) -> list[tuple[str, str]]:
+def active_partitions(
+    conn: Connection, agent_id: str | None = None, user_id: str | None = None
+) -> list[tuple[str, str]]:
     """The (agent, user) partitions that have an ACTIVE skill, in order (the units a drift fan-out spreads)."""
     q = select(skillbox.c.agent_id, skillbox.c.user_id).where(skillbox.c.status == SkillStatus.ACTIVE.value)
     if agent_id is not None:
@@ -266,10 +270,13 @@ def run_drift(
     user_id: str | None = None,
     dry_run: bool = False,
     flow_run_id: str | None = None,
+    embedder: Embedder | None = None,
 ) -> DriftReport:
     """Check every ACTIVE skill (optionally of one tenant), demote the drifted unless ``dry_run``, store the report.
 
-    The one composition of drift demotion: the ``drift-demotion`` flow runs it.
+    The one composition of drift demotion: the ``drift-demotion`` flow runs it. Each tenant that lost a skill
+    has its applicability rule refit afterwards (outside the demotions' transactions; a failure leaves the
+    stale rule, which injects nothing).
     """
     with engine.connect() as conn:
         ids = active_skill_ids(conn, agent_id, user_id)
@@ -285,6 +292,9 @@ def run_drift(
         if result.deviation_flag:
             report.flagged.append(result.skill_id)
     report.report_id = store_report(engine, report, agent_id, user_id, flow_run_id)
+    if not dry_run:
+        for tenant in sorted({(d.agent_id, d.user_id) for d in report.demoted}):
+            refresh_rule(engine, *tenant, embedder=embedder, config=config)
     log.info(
         "drift: checked=%d demoted=%d flagged=%d dry_run=%s",
         report.checked,

@@ -13,9 +13,11 @@ import logging
 
 from sqlalchemy import Connection, Engine, update
 
+from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.lifecycle.decisions import ActivationRefused, missing_tools, went_through_shadow
+from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import skillbox
 from skillflow.storage.skills import (
     InvalidTransition,
@@ -54,10 +56,12 @@ def rollback_skill(
     reason: str,
     config: PromotionConfig | None = None,
     flow_run_id: str | None = None,
+    embedder: Embedder | None = None,
 ) -> SkillRecord:
     """Make version ``to_version`` of ``skill_id``'s class ACTIVE again; raises :class:`ActivationRefused`.
 
-    Rolling back to the version that is already ACTIVE changes nothing.
+    Rolling back to the version that is already ACTIVE changes nothing. After the commit the tenant's
+    applicability rule is refit for the new live skills (never raises; a failure leaves the stale rule).
     """
     if not reason or not reason.strip():
         raise ValueError("a reason is required")
@@ -104,4 +108,5 @@ def rollback_skill(
                      "stamped": stamped, "role": restored.injection_role},
         )  # fmt: skip
     log.info("class %s rolled back to v%d (%s) by %s", skill.canonical_hash[:12], to_version, target.id, actor)
+    refresh_rule(engine, restored.agent_id, restored.user_id, embedder=embedder, config=config)
     return restored

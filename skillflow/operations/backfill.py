@@ -212,6 +212,15 @@ def backfill_batch(
                 for c in changes
             ],
         )
+        from skillflow.storage.class_stats import mark_stale  # the old and the new class of every re-hashed run
+
+        keys = [
+            (c["row"].agent_id, c["row"].user_id, h)
+            for c in changes
+            for h in (c["canonical_hash"], c["row"].canonical_hash)
+            if h
+        ]
+        mark_stale(conn, keys)
     return BatchResult(len(rows), len(changes), unchanged, no_steps, invalid, rows[-1].id)
 
 

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
 
+from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.models import SkillStatus
+from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools
 from skillflow.storage.skills import list_skills, transition
 
@@ -40,11 +42,13 @@ def sweep(
     actor: str,
     flow_run_id: str | None = None,
     dry_run: bool = False,
+    embedder: Embedder | None = None,
 ) -> SweepResult:
     """Deprecate every ACTIVE skill of the partition that declares a tool missing from the toolbox.
 
     An agent with no registered toolbox is not swept: an empty list cannot tell "every tool removed"
-    from "never registered". Each deprecation is its own transaction and idempotent (``transition``).
+    from "never registered". Each deprecation is its own transaction and idempotent (``transition``); after
+    them the tenant's applicability rule is refit for its remaining live skills (never raises).
     """
     with engine.connect() as conn:
         toolbox = set(registered_tools(conn, agent_id))
@@ -62,5 +66,7 @@ def sweep(
             continue
         with engine.begin() as conn:
             transition(conn, skill.id, SkillStatus.DEPRECATED, actor=actor, reason=reason, flow_run_id=flow_run_id)
+    if found and not dry_run:
+        refresh_rule(engine, agent_id, user_id, embedder=embedder)
     log.info("staleness sweep: %d deprecated (dry_run=%s)", len(found), dry_run)
     return SweepResult(found)

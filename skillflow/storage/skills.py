@@ -188,7 +188,7 @@ def stamp_class(conn: Connection, skill: SkillRecord) -> int:
         )
         .values(promoted_skill_id=skill.id)
     )
-    return int(result.rowcount or 0)
+    return _restamped(conn, skill, int(result.rowcount or 0))
 
 
 def unstamp(conn: Connection, skill: SkillRecord) -> int:
@@ -202,7 +202,16 @@ def unstamp(conn: Connection, skill: SkillRecord) -> int:
         )
         .values(promoted_skill_id=None)
     )
-    return int(result.rowcount or 0)
+    return _restamped(conn, skill, int(result.rowcount or 0))
+
+
+def _restamped(conn: Connection, skill: SkillRecord, changed: int) -> int:
+    """Runs already folded into class_stats changed their stamp: the next fold recounts the class."""
+    if changed:
+        from skillflow.storage.class_stats import mark_stale
+
+        mark_stale(conn, [(skill.agent_id, skill.user_id, skill.canonical_hash)])
+    return changed
 
 
 def insert_skill(

@@ -14,6 +14,7 @@ SKIP_TABLES = {"schema_migrations"}
 VOLATILE = {
     "created_at", "updated_at", "last_cycle_at", "expires_at", "holder", "activated_at", "demoted_at",
     "window_start", "window_end",  # a skill baseline's window: the seeding wall clock of each twin
+    "evaluated_at", "last_evaluated_at",  # shadow records (JSON text, not datetimes): the drain's wall clock
 }  # fmt: skip
 KEEP_TIMES: set[str] = set()  # every wall-clock time differs between two seeded twins
 

@@ -10,10 +10,12 @@ error class. The process stays up between rounds so the race is between cycles, 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 from skillflow.promotion.cycle import run_partition
+from skillflow.storage import leases
 from skillflow.storage.engine import make_engine
 from tests.support.promotion import AGENT, config
 
@@ -39,6 +41,8 @@ def one_round(url: str, flow_run_id: str, start_at: float) -> dict[str, object]:
 
 
 def main() -> None:
+    if os.environ.get("RACE_WITHOUT_LEASE") == "1":  # model an expired lease: both cycles proceed
+        leases.acquire = lambda *args, **kwargs: True
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         url, flow_run_id, start_at = line.split()

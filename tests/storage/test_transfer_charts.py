@@ -9,7 +9,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import Engine, insert, select
@@ -123,7 +123,10 @@ def test_charts_are_computed_from_rows(engine: Engine) -> None:
     with engine.connect() as conn:
         skill = get_skill(conn, sid)
         series = class_daily_success(conn, AGENT, "u1", skill.canonical_hash)
-    assert [(p.day, p.total, p.hits) for p in series] == [(day0.date(), 3, 2), ((day0 + timedelta(days=1)).date(), 3, 3)]
+    assert [(p.day, p.total, p.hits) for p in series] == [
+        (day0.date(), 3, 2),
+        ((day0 + timedelta(days=1)).date(), 3, 3),
+    ]
     outcomes = [True, True, False, False, True]
     with engine.begin() as conn:
         for i, ok in enumerate(outcomes):
@@ -189,9 +192,9 @@ def test_cli_edit_history_diff_rollback_export(engine: Engine, tmp_path: Path) -
 
 
 class _FakePrefect(BaseHTTPRequestHandler):
-    seen: list[dict[str, Any]] = []
+    seen: ClassVar[list[dict[str, Any]]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).seen.append(body)
         run = {"id": "fr-done", "state": {"type": "COMPLETED", "name": "Completed"},

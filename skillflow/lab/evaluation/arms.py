@@ -4,7 +4,9 @@ Every arm gets its own database file, migrated from scratch, into which the simu
 ingested through the capture API (the same seed and start time, so the same runs). The skill is
 distilled ONCE on a separate training database by the real promotion cycle (``require_shadow=True``:
 it lands in SHADOW), reviewed there (activated), and its stored SKILL.md is then installed byte for byte
-into the skill arms: as SHADOW first, then explicitly activated as ``user`` or ``developer``.
+into the skill arms: as SHADOW first, then explicitly activated as ``user`` or ``developer``. Each skill
+arm's applicability rule is then fitted on its own history, as a cycle's calibration stage would
+(:func:`calibrate_arm`), so ``prepare`` selects skills exactly as in production.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from skillflow.kernel.config import PromotionConfig, get_settings
 from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lab.simulator import SimReport, business_outcome, good_procedure, simulate_runs
 from skillflow.lifecycle.decisions import activate_skill
+from skillflow.promotion.calibrate import calibrate
 from skillflow.promotion.cycle import PromotionReport, run_partition
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
@@ -40,20 +43,22 @@ class EvaluationSetupError(RuntimeError):
     """The harness could not build its arms (e.g. the training runs did not yield a skill for a class)."""
 
 
-def eval_config(min_similarity: float, max_skills: int = 1) -> PromotionConfig:
-    """The promotion config of every arm: shadow review on, manual cycles, the eval's retrieval knobs.
+def eval_config(min_similarity: float | None = None) -> PromotionConfig:
+    """The promotion config of every arm: the production defaults, with shadow review on and manual cycles.
 
-    Built from code defaults (not the local TOML) so the evaluation is the same on every machine.
+    Built from code defaults (not the local TOML) so the evaluation is the same on every machine. Retrieval
+    is exactly production's: the fitted rule (at most one skill) with ``retrieval_min_similarity`` as its
+    lower bound — the production default unless ``min_similarity`` overrides it (then reported as such).
     """
-    return PromotionConfig.model_validate(
-        {
-            "require_shadow": True,
-            "max_promotions_per_cycle": 20,
-            "promotion_every_n_runs": 0,
-            "retrieval_min_similarity": min_similarity,
-            "max_skills_in_context": max_skills,
-        }
-    )
+    overrides: dict[str, Any] = {"require_shadow": True, "max_promotions_per_cycle": 20, "promotion_every_n_runs": 0}
+    if min_similarity is not None:
+        overrides["retrieval_min_similarity"] = min_similarity
+    return PromotionConfig.model_validate(overrides)
+
+
+def calibrate_arm(engine: Engine, config: PromotionConfig, embedder: Embedder) -> dict[str, Any]:
+    """The calibration stage of a promotion cycle in an arm: fit and store the tenant's rule on its history."""
+    return calibrate(engine, AGENT_ID, USER_ID, config, 1, embedder=embedder)
 
 
 def fresh_database(workdir: Path, name: str) -> tuple[str, Engine]:
@@ -156,7 +161,7 @@ def install_skill(
             actor="eval:install",
         )
         write_skill_vectors(conn, skill, embedder, config.max_trigger_queries)
-    return activate_skill(engine, skill.id, role.value, actor=REVIEWER, config=config)
+    return activate_skill(engine, skill.id, role.value, actor=REVIEWER, config=config, embedder=embedder)
 
 
 def stored_bodies(engine: Engine) -> dict[str, str]:
@@ -178,6 +183,7 @@ class Arm:
     sf: Skillflow
     skills: dict[str, str]
     retrieves_workflows: bool = True
+    applicability: dict[str, Any] | None = None  # the fitted rule's summary (skill arms)
 
     def skill(self, intent: str) -> SkillRecord | None:
         sid = self.skills.get(intent)

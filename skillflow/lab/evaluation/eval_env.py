@@ -36,8 +36,11 @@ class EvalSettings(BaseSettings):
     case_seed: int = Field(0, description="Seed of the held-out requests")
     training_runs: int = Field(200, ge=20, le=5000, description="Simulated training runs ingested into every arm")
     training_seed: int = Field(7, description="Seed of the training traffic")
-    min_similarity: float = Field(
-        0.0, ge=-1.0, le=1.0, description="Skill retrieval threshold in the arms (production default: 0.70)"
+    min_similarity: float | None = Field(
+        None,
+        ge=-1.0,
+        le=1.0,
+        description="Lower bound of the arms' fitted rule (default: production's retrieval_min_similarity)",
     )
     baseline_workflows: int = Field(3, ge=1, le=10, description="Raw workflows replayed into the baseline")
     include_no_memory: bool = Field(True, description="Also run the no-memory arm")

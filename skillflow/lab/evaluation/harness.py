@@ -1,4 +1,4 @@
-"""The three-arm evaluation: does a reviewed skill beat three replayed raw workflows?
+"""The evaluation: does a reviewed skill beat three replayed raw workflows, and no memory at all?
 
 Arms (same model, tools, generic production instruction and held-out requests; each its own fresh
 database with the same independently ingested training runs):
@@ -7,11 +7,15 @@ database with the same independently ingested training runs):
   the audit API ``retrieve_workflows_by_query(exclude_promoted=True)``, replayed into the context;
 - ``skill_user``: the reviewed skill, activated at user authority;
 - ``skill_developer``: the byte-identical skill, through SHADOW and an explicit developer activation;
-- ``no_memory`` (optional): neither skills nor workflows.
+- ``no_memory`` (default on): neither skills nor workflows.
 
-Every arm runs the same retrieval policy; in the skill arms the class is stamped by the activation, so
-nothing is retrieved. The built-in invariants (:mod:`skillflow.lab.evaluation.invariants`) are checked at
-the end and raise :class:`EvaluationInvariantError` in strict mode.
+Skills are selected exactly as in production: ``Skillflow.prepare`` with the production configuration and
+the tenant's rule fitted on the arm's own history (no threshold bypass), so a skill arm may get no skill
+for a request — reported as the skill-in-prompt rate, never hidden. In the skill arms the class is stamped
+by the activation, so no raw workflow of it is retrieved. Next to the mean deltas the result counts, per
+case, whether each arm was better, equal or worse than the baseline (and than no memory): the regression
+rate. The built-in invariants (:mod:`skillflow.lab.evaluation.invariants`) are checked at the end and
+raise :class:`EvaluationInvariantError` in strict mode.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from skillflow.lab.evaluation.invariants import (
     skill_arms_without_raw_workflows,
     skill_bodies_identical,
 )
-from skillflow.lab.evaluation.metrics import METRICS, CaseResult, aggregate, deltas
+from skillflow.lab.evaluation.metrics import COMPARED, METRICS, CaseResult, aggregate, case_outcomes, deltas, verdict
 from skillflow.runtime import Skillflow
 
 __all__ = ["EvaluationInvariantError", "EvaluationResult", "EvaluationSetupError", "run_evaluation"]
@@ -85,8 +89,33 @@ class EvaluationResult:
     def deltas(self, resamples: int = 2000, seed: int = 0) -> dict[str, dict[str, Any]]:
         return deltas(self.results, BASELINE, resamples=resamples, seed=seed)
 
+    def outcomes(self) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+        """reference arm -> arm -> metric -> better/equal/worse counts and the regression rate."""
+        refs = [a for a in (BASELINE, NO_MEMORY) if a in self.arms]
+        return {
+            ref: {
+                arm: {m: o.as_dict() for m, o in per.items()}
+                for arm, per in case_outcomes(self.results, ref).items()
+                if ref == BASELINE or arm in (SKILL_USER, SKILL_DEVELOPER)
+            }
+            for ref in refs
+        }
+
     def case_rows(self) -> list[dict[str, Any]]:
-        return [r.as_row() for r in self.results]
+        """One row per (arm, case, repeat), with its task-accuracy verdict against the baseline and no memory."""
+        by_key = {(r.arm, r.case_id, r.repeat): r for r in self.results}
+        rows = []
+        for r in self.results:
+            row = r.as_row()
+            for ref in (BASELINE, NO_MEMORY):
+                other = by_key.get((ref, r.case_id, r.repeat))
+                row[f"vs_{ref}"] = (
+                    verdict(r.metric_values()["task_accuracy"], other.metric_values()["task_accuracy"])
+                    if other is not None and r.arm != ref
+                    else None
+                )
+            rows.append(row)
+        return rows
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -104,6 +133,8 @@ class EvaluationResult:
                 arm: {m: {"estimate": iv.estimate, "low": iv.low, "high": iv.high} for m, iv in per.items()}
                 for arm, per in self.deltas().items()
             },
+            "outcomes": self.outcomes(),
+            "compared": dict(COMPARED),
             "skills": self.skills,
             "training": self.training,
             "settings": self.settings,
@@ -187,10 +218,12 @@ def build_arms(
         skills: dict[str, str] = {}
         if name != NO_MEMORY:
             arm_setup.ingest_training(sf, settings.training_runs, settings.training_seed, start)
+        rule: dict[str, Any] | None = None
         if name in roles:
             for intent, skill in reviewed.items():
                 skills[intent] = arm_setup.install_skill(engine, skill, roles[name], embedder, config).id
-        arms.append(Arm(name, url, engine, sf, skills, retrieves_workflows=name != NO_MEMORY))
+            rule = arm_setup.calibrate_arm(engine, config, embedder)
+        arms.append(Arm(name, url, engine, sf, skills, retrieves_workflows=name != NO_MEMORY, applicability=rule))
     skills_info = [
         {
             "intent": intent,
@@ -210,6 +243,7 @@ def build_arms(
         "promoted": sum(len(r.promoted) for r in reports),
         "rejected": sum(len(r.rejected) for r in reports),
         "target_classes": dict(classes),
+        "applicability": {a.name: a.applicability for a in arms if a.applicability is not None},
     }
     return arms, classes, skills_info, training
 
@@ -250,7 +284,7 @@ def run_evaluation(
         training=training,
         arms=[a.name for a in arms],
         seconds=time.perf_counter() - began,
-        notes=_notes(settings, embedder),
+        notes=_notes(settings, embedder, results, training),
     )
     if strict:
         enforce(checks)
@@ -297,13 +331,30 @@ def _checks(arms: Sequence[Arm], results: Sequence[CaseResult]) -> list[Check]:
     ]
 
 
-def _notes(settings: EvalSettings, embedder: Embedder) -> list[str]:
+def _notes(
+    settings: EvalSettings, embedder: Embedder, results: Sequence[CaseResult], training: dict[str, Any]
+) -> list[str]:
+    production = arm_setup.eval_config().retrieval_min_similarity
+    bound = production if settings.min_similarity is None else settings.min_similarity
     notes = [
-        f"skill retrieval threshold in the arms: {settings.min_similarity:.2f} "
-        "(production default 0.70), at most one skill per prompt",
+        "skills selected by prepare with the production configuration and the rule fitted on each arm's history"
+        + (
+            f" (lower bound {bound:.2f}, production)"
+            if settings.min_similarity is None
+            else f" (lower bound {bound:.2f} — NOT production's {production:.2f})"
+        ),
         f"applicability embedder: {embedder.model_id}",
         "baseline = the best case for raw workflows: successful runs of the request's target class only",
     ]
+    for arm in (SKILL_USER, SKILL_DEVELOPER):
+        rows = [r for r in results if r.arm == arm]
+        rule = (training.get("applicability") or {}).get(arm) or {}
+        without = sum(1 for r in rows if not r.skills_in_prompt)
+        if rows:
+            notes.append(
+                f"{arm}: no skill injected for {without}/{len(rows)} held-out request(s)"
+                + ("" if rule.get("injects", True) else f" (the fitted rule injects nothing: {rule.get('reason')})")
+            )
     if settings.provider == "offline":
         notes.append("answers are checked exactly; tokens are estimated as ceil(characters / 4)")
     else:

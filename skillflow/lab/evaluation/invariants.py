@@ -1,7 +1,8 @@
 """The harness's built-in assertions; each returns a :class:`Check`, and a failed one raises in strict mode.
 
 1. both skill arms retrieve (and render) zero raw workflows;
-2. only the developer arm carries a developer message (inspected in the provider request itself);
+2. only the developer arm carries a developer message (inspected in the provider request itself), and it
+   does in every developer-arm case where a skill was injected (the fitted rule may inject none);
 3. the skill bodies stored in the two skill arms' databases are byte-identical (read back from each);
 4. every arm sees the same requests (same case ids, repeats and request text);
 5. every arm that holds training runs holds the same training state (independently ingested).
@@ -69,7 +70,7 @@ def only_developer_arm_has_developer_message(results: Sequence[CaseResult]) -> C
     rendered = sum(1 for r in dev if r.skills_in_prompt)
     detail = "; ".join(problems) or f"developer message in {sum(r.developer_message for r in dev)}/{len(dev)} cases"
     if not problems and not rendered:
-        detail += " (no skill reached a developer-arm prompt: retrieval threshold too strict?)"
+        detail += " (no skill was injected in the developer arm: the fitted rule abstained on every request)"
     return Check("only_developer_arm_has_developer_message", not problems, detail)
 
 

@@ -1,4 +1,9 @@
-"""Per-case metrics, aggregates and treatment deltas with bootstrap 95 % confidence intervals."""
+"""Per-case metrics, aggregates, treatment deltas with bootstrap 95 % intervals, and per-case outcomes.
+
+A mean can improve while individual requests get worse (skill libraries make some tasks worse even when
+the mean improves), so next to each delta :func:`case_outcomes` counts, per (case, repeat), whether the
+treatment was better, equal or worse than the reference arm — the regression rate is the share worse.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +29,10 @@ METRICS = (
     "developer_message_rate",
     "skill_prompt_rate",
     "target_skill_rate",
+    "wrong_skill_rate",
 )
+# Per-case comparisons with a reference arm: metric -> whether higher is better.
+COMPARED: dict[str, bool] = {"task_accuracy": True, "workflow_accuracy": True, "total_tokens": False}
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,7 @@ class CaseResult:
             "developer_message_rate": float(self.developer_message),
             "skill_prompt_rate": float(self.skills_in_prompt > 0),
             "target_skill_rate": float(self.target_skill_in_prompt),
+            "wrong_skill_rate": float(self.skills_in_prompt > 0 and not self.target_skill_in_prompt),
         }
 
     def as_row(self) -> dict[str, Any]:
@@ -148,4 +157,64 @@ def deltas(
             )
             for m in METRICS
         }
+    return out
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Paired per-case comparison of one arm with a reference arm on one metric."""
+
+    better: int
+    equal: int
+    worse: int
+
+    @property
+    def pairs(self) -> int:
+        return self.better + self.equal + self.worse
+
+    @property
+    def regression_rate(self) -> float:
+        return self.worse / self.pairs if self.pairs else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "better": self.better,
+            "equal": self.equal,
+            "worse": self.worse,
+            "pairs": self.pairs,
+            "regression_rate": self.regression_rate,
+        }
+
+
+def verdict(treatment: float, reference: float, higher_is_better: bool = True) -> str:
+    """``better`` | ``equal`` | ``worse`` for one pair (exact comparison: the metrics are 0/1 or counts)."""
+    if treatment == reference:
+        return "equal"
+    return "better" if (treatment > reference) == higher_is_better else "worse"
+
+
+def case_outcomes(
+    results: Sequence[CaseResult], reference_arm: str, metrics: dict[str, bool] | None = None
+) -> dict[str, dict[str, Outcomes]]:
+    """arm -> metric -> better/equal/worse than ``reference_arm``, paired on (case_id, repeat)."""
+    metrics = metrics if metrics is not None else COMPARED
+    by_key: dict[str, dict[tuple[str, int], CaseResult]] = {}
+    for r in results:
+        by_key.setdefault(r.arm, {})[(r.case_id, r.repeat)] = r
+    ref = by_key.get(reference_arm)
+    if ref is None:
+        return {}
+    out: dict[str, dict[str, Outcomes]] = {}
+    for arm, rows in by_key.items():
+        if arm == reference_arm:
+            continue
+        if set(rows) != set(ref):
+            raise ValueError(f"arm {arm} did not see the same requests as {reference_arm}")
+        out[arm] = {}
+        for metric, higher in metrics.items():
+            counts = {"better": 0, "equal": 0, "worse": 0}
+            for key in sorted(rows):
+                v = verdict(rows[key].metric_values()[metric], ref[key].metric_values()[metric], higher)
+                counts[v] += 1
+            out[arm][metric] = Outcomes(**counts)
     return out

@@ -1,0 +1,111 @@
+"""A fleet of Prefect workers: ``skillflow deploy`` (deployments on a work pool) and ``skillflow automations``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
+
+PoolOption = Annotated[str, typer.Option("--pool", help="Work pool of the deployments (created if missing).")]
+ControlPoolOption = Annotated[
+    str | None,
+    typer.Option("--control-pool", help="Separate pool for the parent flows (default: --pool); see docs/guide/ops.md."),
+]
+LimitOption = Annotated[
+    int,
+    typer.Option("--partition-limit", min=1, max=100_000, help="Partitions in flight across the fleet (global limit)."),
+]
+EnvOption = Annotated[
+    list[str] | None,
+    typer.Option("--env", help="KEY=VALUE for every run's environment (repeatable; no secrets: the UI shows them)."),
+]
+
+
+def _env(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            fail(f"--env expects KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+def ensure_pool(name: str) -> bool:
+    """Create a process work pool unless it exists; True when created."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(name)
+            return False
+        except ObjectNotFound:
+            client.create_work_pool(WorkPoolCreate(name=name, type="process"))
+            return True
+
+
+def ensure_limit(name: str, limit: int) -> None:
+    """Create or update the global concurrency limit the partitions hold (strict in pool mode)."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(name, limit)
+
+
+@app.command("deploy")
+def deploy_cmd(
+    pool: PoolOption,
+    db: DbOption = None,
+    control_pool: ControlPoolOption = None,
+    partition_limit: LimitOption = 8,
+    env: EnvOption = None,
+    automations: Annotated[bool, typer.Option(help="Also create the automations.")] = True,
+    json: JsonOption = False,
+) -> None:
+    """Register every flow on a work pool ($PREFECT_API_URL) for `prefect worker start --pool NAME` machines."""
+    from flows.serve import deploy_to_pool
+    from tasks.automations import install_automations
+    from tasks.fanout import FleetSettings
+
+    extra = _env(env)
+    engine_for(db, migrate=True).dispose()  # the deploy step migrates; flow runs never do
+    url = database_url(db)
+    started = time.monotonic()
+    created = [p for p in {pool, control_pool or pool} if ensure_pool(p)]
+    limit_name = FleetSettings().concurrency_limit
+    ensure_limit(limit_name, partition_limit)
+    names = deploy_to_pool(pool, url, control_pool, extra)
+    installed = {k: str(v) for k, v in install_automations().items()} if automations else {}
+    result = {
+        "pools_created": sorted(created),
+        "deployments": names,
+        "concurrency_limit": {"name": limit_name, "limit": partition_limit},
+        "automations": installed,
+        "seconds": round(time.monotonic() - started, 2),
+    }
+    if json:
+        print_json(result)
+        return
+    console.print(f"{len(names)} deployments on pool {pool}" + (f" (control: {control_pool})" if control_pool else ""))
+    for name in names:
+        console.print(f"  {name}")
+    console.print(f"global concurrency limit {limit_name} = {partition_limit}; automations: {', '.join(installed)}")
+    console.print(f"start workers with: prefect worker start --pool {pool}")
+
+
+@app.command("automations")
+def automations_cmd(json: JsonOption = False) -> None:
+    """Create or update the shipped automations (demotion → re-qualify; outbox backlog → shadow evaluation)."""
+    from tasks.automations import install_automations
+
+    installed = {k: str(v) for k, v in install_automations().items()}
+    if json:
+        print_json(installed)
+    else:
+        for name, ident in installed.items():
+            console.print(f"{name}: {ident}")

@@ -1,0 +1,162 @@
+"""A local Prefect fleet on 127.0.0.1 for the fleet test and the two-worker benchmark (not product code).
+
+``LocalFleet`` starts ``prefect server start`` (own PREFECT_HOME, free port, ephemeral mode refused), runs
+``skillflow deploy`` against it, starts process workers, and stops everything by process group: a worker's
+flow-run subprocesses and the server's uvicorn child are in the same group, so nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    """SIGTERM the process group, wait, then SIGKILL whatever of the group is left."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+@dataclass
+class LocalFleet:
+    """``with LocalFleet(home, env) as fleet: fleet.deploy(...); fleet.start_workers("compute", 2)``."""
+
+    home: Path
+    env: dict[str, str] = field(default_factory=dict)  # SKILLFLOW_* etc. for every process
+    server_db: str | None = None  # PREFECT_API_DATABASE_CONNECTION_URL (None: SQLite under home)
+    port: int = 0
+    server: subprocess.Popen[bytes] | None = None
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    _logs: list[IO[bytes]] = field(default_factory=list)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def process_env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env.update(
+            PREFECT_HOME=str(self.home),
+            PREFECT_API_URL=self.api_url,
+            PREFECT_SERVER_ALLOW_EPHEMERAL_MODE="false",
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_SERVER_UI_ENABLED="false",
+            PREFECT_LOGGING_LEVEL="WARNING",
+            DO_NOT_TRACK="1",
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.env)
+        env.update(extra)
+        return env
+
+    def _spawn(self, cmd: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
+        fh = (self.home / log).open("ab")
+        self._logs.append(fh)
+        return subprocess.Popen(
+            cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+
+    def __enter__(self) -> LocalFleet:
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        env = self.process_env()
+        env.pop("PREFECT_API_URL")
+        if self.server_db:
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.server_db
+        started = time.monotonic()
+        cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
+        self.server = self._spawn(cmd, env, "server.log")
+        self._wait(lambda: self._get("/health") is True, 120, "server health")
+        self.timings["server_start_s"] = round(time.monotonic() - started, 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for proc in self.workers:
+            stop_group(proc)
+        self.workers.clear()
+        if self.server is not None:
+            stop_group(self.server, timeout=20)
+            self.server = None
+        for fh in self._logs:
+            fh.close()
+        self._logs.clear()
+
+    def _get(self, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.api_url}{path}", data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.load(r)
+        except OSError:
+            return None
+
+    def _wait(self, ok: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not ok():
+            if self.server is not None and self.server.poll() is not None:
+                raise RuntimeError(f"prefect server exited ({self.server.returncode}); see {self.home}/server.log")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} not ready after {timeout:.0f}s (logs in {self.home})")
+            time.sleep(0.25)
+
+    def cli(self, *args: str, timeout: float = 300) -> str:
+        """Run ``skillflow ARGS`` against this server; its stdout (raises with the output on failure)."""
+        started = time.monotonic()
+        done = subprocess.run(
+            [str(BIN / "skillflow"), *args], env=self.process_env(), capture_output=True, text=True, timeout=timeout
+        )
+        self.timings[f"skillflow_{args[0]}_s"] = round(time.monotonic() - started, 2)
+        if done.returncode != 0:
+            raise RuntimeError(f"skillflow {args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        return done.stdout
+
+    def start_workers(self, pool: str, n: int, limit: int | None = 1) -> None:
+        """``n`` process workers on ``pool`` (unique names; ``--limit`` flow runs at a time each), then wait."""
+        first = sum(1 for w in self.workers if getattr(w, "pool", None) == pool)
+        for i in range(first, first + n):
+            cmd = [str(BIN / "prefect"), "worker", "start", "--pool", pool, "--name", f"{pool}-{i}"]
+            cmd += ["--type", "process", "--install-policy", "never"] + (["--limit", str(limit)] if limit else [])
+            env = self.process_env(PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="1")
+            proc = self._spawn(cmd, env, f"worker-{pool}-{i}.log")
+            proc.pool = pool  # type: ignore[attr-defined]
+            self.workers.append(proc)
+        self._wait(lambda: self.online(pool) >= first + n, 60, f"{n} worker(s) on {pool}")
+
+    def online(self, pool: str) -> int:
+        workers = self._get(f"/work_pools/{pool}/workers/filter", {}) or []
+        return sum(1 for w in workers if w.get("status") == "ONLINE")
+
+    def stop_workers(self, pool: str, keep: int) -> None:
+        """Stop all but ``keep`` workers of ``pool`` (and their runs)."""
+        mine = [w for w in self.workers if getattr(w, "pool", None) == pool]
+        for proc in mine[keep:]:
+            stop_group(proc)
+            self.workers.remove(proc)

@@ -1,0 +1,232 @@
+"""Maintained per-class statistics: fold new runs in, recount from scratch, read one row per class.
+
+Every run is stored with ``stats_pending = 1``; :func:`fold` aggregates the pending runs per class, adds them to
+``class_stats`` (and their query fingerprints to ``class_fingerprints``) and clears the marks, in one transaction
+that sees one snapshot, so a retry or a concurrent fold converges to the same rows. A run committed while a fold
+runs stays pending for the next one; a backdated import is pending like any new run, whatever its created_at.
+A class whose ``since`` (newest demotion) changed, or that a write path marked stale (stamping, backfill,
+:func:`delete_runs`), is recounted from its runs by the same fold. :func:`recount` rebuilds everything; the full
+aggregation (:func:`skillflow.storage.aggregate.aggregate_classes`) stays the reference (docs/guide/aggregate.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from skillflow.kernel.models import ClassStats, utcnow
+from skillflow.storage import class_stats_sql as q
+from skillflow.storage.aggregate import aggregate_classes
+from skillflow.storage.schema import class_fingerprints, class_stats, class_stats_state, workflow_memory
+
+cs, cf, state = class_stats, class_fingerprints, class_stats_state
+Key = tuple[str, str, str]
+Partition = tuple[str, str]
+CHUNK = 200  # keys per recount statement (a bounded IN list)
+RETRIES = 5
+T = TypeVar("T")
+
+
+def _retryable(exc: BaseException) -> bool:
+    """A serialization failure or deadlock (PostgreSQL 40001/40P01), a key another fold inserted first, or
+    SQLite's stale snapshot: the fold saw a concurrent one and simply runs again."""
+    if isinstance(exc, IntegrityError):
+        return True
+    code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    return code in ("40001", "40P01") or "database is locked" in str(exc)
+
+
+def _in_snapshot(engine: Engine, work: Callable[[Connection], T]) -> T:
+    """Run ``work`` in one transaction that sees one snapshot (REPEATABLE READ on PostgreSQL; SQLite holds the
+    write lock from the first statement), retrying when a concurrent fold made it fail."""
+    options: dict[str, Any] = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
+    for attempt in range(RETRIES):
+        try:
+            with engine.connect().execution_options(**options) as conn, conn.begin():
+                return work(conn)
+        except DBAPIError as exc:
+            if attempt == RETRIES - 1 or not _retryable(exc):
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _touch_state(conn: Connection, now: datetime, folded: int | None, recounted: bool) -> bool:
+    """Update the bookkeeping row first (on SQLite this takes the write lock); False if no recount ever ran."""
+    values: dict[str, Any] = {"folded_at": now}
+    if folded is not None:
+        values["last_folded"] = folded
+    if recounted:
+        values["recounted_at"] = now
+    return bool(conn.execute(update(state).where(state.c.id == 1).values(**values)).rowcount)
+
+
+def _recount(conn: Connection, now: datetime, agent_id: str | None, user_id: str | None) -> int:
+    for table in (cs, cf):
+        conn.execute(q.delete_classes(table, agent_id, user_id, None))
+    conn.execute(q.insert_stats(q.recount_select(now, agent_id, user_id)))
+    conn.execute(insert(cf).from_select(list(q.FP_COLUMNS), q.fingerprints_select(agent_id, user_id)))
+    conn.execute(q.clear_pending(agent_id, user_id))
+    return int(conn.execute(select(func.count()).select_from(cs).where(*q.tenant(cs, agent_id, user_id))).scalar() or 0)
+
+
+def recount(engine: Engine, agent_id: str | None = None, user_id: str | None = None) -> int:
+    """Rebuild the statistics of every class in scope from all its runs (the ``recount``); returns the classes."""
+    now = utcnow()
+
+    def work(conn: Connection) -> int:
+        full = agent_id is None and user_id is None
+        if not _touch_state(conn, now, None, recounted=full) and full:
+            conn.execute(insert(state).values(id=1, recounted_at=now, folded_at=now, last_folded=0))
+        return _recount(conn, now, agent_id, user_id)
+
+    return _in_snapshot(engine, work)
+
+
+def _recount_keys(conn: Connection, now: datetime, keys: Sequence[Key]) -> None:
+    for i in range(0, len(keys), CHUNK):
+        chunk = keys[i : i + CHUNK]
+        for table in (cs, cf):
+            conn.execute(q.delete_classes(table, None, None, chunk))
+        conn.execute(q.insert_stats(q.recount_select(now, keys=chunk)))
+        conn.execute(insert(cf).from_select(list(q.FP_COLUMNS), q.fingerprints_select(keys=chunk)))
+
+
+def fold(engine: Engine, agent_id: str | None = None, user_id: str | None = None) -> dict[str, int]:
+    """Fold the pending runs in scope into the statistics and recount outdated classes; idempotent.
+
+    Before the first recount (a database just migrated to 010) the whole store is recounted instead.
+    Returns ``{"folded": runs, "recounted": classes}`` (counts only).
+    """
+    now = utcnow()
+    dialect = engine.dialect.name
+
+    def work(conn: Connection) -> dict[str, int]:
+        # A scoped fold on PostgreSQL only reads the bookkeeping row, so partitions fold concurrently; SQLite's
+        # first statement must write to take the lock.
+        scoped = (agent_id is not None or user_id is not None) and dialect == "postgresql"
+        exists = (
+            conn.execute(select(state.c.id).where(state.c.id == 1)).first() is not None
+            if scoped
+            else _touch_state(conn, now, None, recounted=False)
+        )
+        if not exists:
+            conn.execute(insert(state).values(id=1, recounted_at=now, folded_at=now, last_folded=0))
+            return {"folded": 0, "recounted": _recount(conn, now, None, None)}
+        conn.execute(q.fold_stats(dialect, now, agent_id, user_id))
+        conn.execute(q.fold_fingerprints(dialect, agent_id, user_id))
+        folded = int(conn.execute(q.clear_pending(agent_id, user_id)).rowcount or 0)
+        keys = [(r[0], r[1], r[2]) for r in conn.execute(q.outdated_keys(agent_id, user_id))]
+        _recount_keys(conn, now, keys)
+        if not scoped:
+            _touch_state(conn, now, folded, recounted=False)
+        return {"folded": folded, "recounted": len(keys)}
+
+    return _in_snapshot(engine, work)
+
+
+def mark_stale(conn: Connection, keys: Iterable[Key]) -> int:
+    """Mark classes for a recount by the next fold, in the caller's transaction (a write path that changed or
+    deleted runs already folded: stamping, backfill, :func:`delete_runs`). A class without a row gets one."""
+    wanted = sorted(set(keys))
+    for i in range(0, len(wanted), CHUNK):
+        chunk = wanted[i : i + CHUNK]
+        match = tuple_(cs.c.agent_id, cs.c.user_id, cs.c.canonical_hash).in_(chunk)
+        conn.execute(update(cs).where(match).values(stale=1))
+        have = {
+            (r[0], r[1], r[2])
+            for r in conn.execute(select(cs.c.agent_id, cs.c.user_id, cs.c.canonical_hash).where(match))
+        }
+        missing = [k for k in chunk if k not in have]
+        if missing:
+            now = utcnow()
+            conn.execute(
+                insert(cs),
+                [{"agent_id": a, "user_id": u, "canonical_hash": h, "newest_at": now, "stale": 1, "updated_at": now}
+                 for a, u, h in missing],
+            )  # fmt: skip
+    return len(wanted)
+
+
+def delete_runs(conn: Connection, agent_id: str, user_id: str, run_ids: Sequence[str]) -> int:
+    """Delete runs of one tenant and mark their classes for a recount, in the caller's transaction."""
+    wm = workflow_memory
+    scope = and_(wm.c.agent_id == agent_id, wm.c.user_id == user_id, wm.c.id.in_(list(run_ids)))
+    hashes = conn.execute(select(wm.c.canonical_hash).where(scope, wm.c.canonical_hash.is_not(None)).distinct())
+    mark_stale(conn, [(agent_id, user_id, h) for h in hashes.scalars()])
+    return int(conn.execute(delete(wm).where(scope)).rowcount or 0)
+
+
+def _to_stats(row: Any) -> ClassStats:
+    successes, failures = int(row.successes), int(row.failures)
+    executions = successes + failures
+    return ClassStats(
+        agent_id=row.agent_id,
+        user_id=row.user_id,
+        canonical_hash=row.canonical_hash,
+        executions=executions,
+        successes=successes,
+        failures=failures,
+        unknown=int(row.unknown),
+        success_rate=successes / executions if executions else 0.0,
+        distinct_queries=int(row.distinct_queries),
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        tool_sequence=row.tool_sequence,
+        since=row.since,
+        stamped=int(row.stamped),
+    )
+
+
+def read_stats(
+    conn: Connection,
+    partitions: Sequence[Partition] | None = None,
+    canonical_hash: str | None = None,
+) -> tuple[dict[Partition, list[ClassStats]], list[Key]]:
+    """One statement: every class of ``partitions`` (all when None) with current evidence, grouped per partition
+    and ordered like :func:`aggregate_classes`; plus the keys whose stored figures are outdated (stale, or
+    ``since`` changed after the last fold), which the caller must aggregate instead."""
+    d = q.demoted(*(partitions[0] if partitions is not None and len(partitions) == 1 else (None, None)))
+    stale = q.outdated(d)
+    stmt = select(cs, stale.label("outdated")).select_from(cs.outerjoin(d, q.same_class(d, cs)))
+    if partitions is not None:
+        stmt = stmt.where(tuple_(cs.c.agent_id, cs.c.user_id).in_(list(partitions)))
+    if canonical_hash is not None:
+        stmt = stmt.where(cs.c.canonical_hash == canonical_hash)
+    live = or_(cs.c.successes > 0, cs.c.failures > 0, cs.c.unknown > 0, stale)
+    out: dict[Partition, list[ClassStats]] = {p: [] for p in partitions or ()}
+    outdated: list[Key] = []
+    for row in conn.execute(stmt.where(live)):
+        if row.outdated:
+            outdated.append((row.agent_id, row.user_id, row.canonical_hash))
+        else:
+            out.setdefault((row.agent_id, row.user_id), []).append(_to_stats(row))
+    for stats in out.values():
+        stats.sort(key=lambda s: (-s.executions, s.canonical_hash))
+    return out, outdated
+
+
+def partition_stats(
+    engine: Engine, agent_id: str, user_id: str, canonical_hash: str | None = None, *, write: bool = True
+) -> list[ClassStats]:
+    """The classes of one partition, as :func:`aggregate_classes` returns them, from the maintained statistics.
+
+    With ``write`` the partition's pending runs are folded first (cheap when none are); without it (a dry run)
+    the full aggregation answers, which writes nothing. A class outdated between the fold and the read is
+    aggregated on the spot.
+    """
+    if not write or engine.dialect.name not in ("sqlite", "postgresql"):
+        with engine.connect() as conn:
+            return aggregate_classes(conn, agent_id, user_id, canonical_hash=canonical_hash)
+    fold(engine, agent_id, user_id)
+    with engine.connect() as conn:
+        by_partition, outdated = read_stats(conn, [(agent_id, user_id)], canonical_hash)
+        stats = by_partition.get((agent_id, user_id), [])
+        for _, _, h in outdated:
+            stats.extend(aggregate_classes(conn, agent_id, user_id, canonical_hash=h))
+    return sorted(stats, key=lambda s: (-s.executions, s.canonical_hash))

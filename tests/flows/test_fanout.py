@@ -1,0 +1,104 @@
+"""Fan-out of partitions: chunking, the local (embedded) path under the Prefect harness, failure isolation, events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from skillflow.promotion import cycle
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from skillflow.storage.schema import reports, skillbox
+from tasks import events
+from tasks.fanout import FleetSettings, chunk, resolve_mode
+from tests.support.promotion import agent, record_cancel
+
+
+def test_chunks_keep_order_and_differ_by_at_most_one() -> None:
+    items = list(range(23))
+    for n in (1, 2, 3, 5, 23, 40):
+        groups = chunk(items, n)
+        assert [x for g in groups for x in g] == items
+        assert len(groups) == min(n, len(items))
+        assert max(map(len, groups)) - min(map(len, groups)) <= 1
+    assert chunk([], 4) == []
+    with pytest.raises(ValueError):
+        chunk(items, 0)
+
+
+def test_mode_outside_a_pool_run_is_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_mode(None) == "local"  # no flow run, no work pool
+    assert resolve_mode("pool") == "pool"
+    monkeypatch.setenv("SKILLFLOW_FLEET_FAN_OUT", "pool")
+    assert resolve_mode(None) == "pool" and resolve_mode("local") == "local"
+    monkeypatch.setenv("SKILLFLOW_FLEET_CHUNKS", "-1")
+    with pytest.raises(ValueError):
+        FleetSettings()
+
+
+def test_an_event_that_cannot_be_sent_never_breaks_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    import prefect.events
+
+    def boom(**_: Any) -> None:
+        raise ConnectionError("events API down")
+
+    monkeypatch.setattr(prefect.events, "emit_event", boom)
+    report = cycle.PromotionReport(agent_id="a", user_id="u", cycle=1, promoted=["s1"], rejected=[("h", ["x"])])
+    assert events.emit_promotion([report]) == 0
+    assert events.emit_backlog(5, 10, "db") is False  # below the threshold: nothing to send
+
+
+@pytest.mark.prefect
+@pytest.mark.usefixtures("offline_providers")
+def test_local_fan_out_isolates_a_failing_partition(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.promotion_cycle import PartitionsFailed, PromotionCycleParams, promotion_cycle
+    from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
+
+    url = f"sqlite:///{tmp_path / 'fan.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    users = ["u1", "u2", "u3"]
+    for user in users:
+        for i in range(6):
+            record_cancel(sf, user, i)
+    real = cycle.review_flags
+
+    def flags(engine: Any, agent_id: str, user_id: str) -> list[str]:
+        if user_id == "u2":
+            raise KeyError("broken partition")
+        return real(engine, agent_id, user_id)
+
+    monkeypatch.setattr(cycle, "review_flags", flags)
+    sent: list[tuple[str, str]] = []
+    monkeypatch.setattr(events, "emit", lambda event, rid, *a, **k: sent.append((event, rid)) or True)
+    state = promotion_cycle(
+        PromotionCycleParams(database_url=url, force=True, fan_out="local", config_overrides={"require_shadow": False}),
+        return_state=True,
+    )
+    assert state.is_failed()
+    with pytest.raises(PartitionsFailed, match=r"1 of 3 partition\(s\) failed: agent-a/u2 \(report failed: KeyError\)"):
+        state.result()
+    with engine.connect() as conn:
+        stored = conn.execute(select(reports.c.user_id, reports.c.body)).all()
+        skills = conn.execute(select(skillbox.c.user_id, skillbox.c.id)).all()
+    assert sorted(u for u, _ in stored) == users  # one report per partition, exactly once
+    assert {u: b["partition_failed"] for u, b in stored} == {"u1": None, "u2": "report failed: KeyError", "u3": None}
+    assert sorted(u for u, _ in skills) == ["u1", "u2", "u3"]  # u2's skill landed before its report stage broke
+    assert sorted(e for e, _ in sent) == ["skillflow.skill.promoted"] * 2  # failed partition: no promotion event
+    assert {rid for _, rid in sent} == {f"skillflow.skill.{sid}" for u, sid in skills if u != "u2"}
+
+    # The automation's path: one tenant through the child flow, forced; the lease and gates still apply.
+    monkeypatch.setattr(cycle, "review_flags", real)
+    [again] = promotion_partitions(
+        PromotionPartitionsParams(database_url=url, partitions=[("agent-a", "u2")], force=True)
+    )
+    assert again.partition_failed is None and again.promoted == []  # covered by the live skill: no double
+    with engine.connect() as conn:
+        assert len(conn.execute(select(skillbox)).all()) == 3
+    engine.dispose()
