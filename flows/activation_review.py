@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
 from tasks.common import flow_run_id, params_run_name
+from tasks.events import emit_review
 from tasks.review import apply_decision, load_review, publish_review, record_timeout
 
 AWAITING_REVIEW = ("shadow", "candidate")
@@ -101,6 +102,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
             outcome.decision, outcome.reviewer, outcome.skill_id, outcome.applied, outcome.status, outcome.revision,
             len(outcome.reasons),
         )  # fmt: skip
+        emit_review(outcome, evidence.agent_id, evidence.user_id)  # activated / rejected, for automations
         if answer.decision != "edit" or not outcome.applied:
             return outcome
     return outcome

@@ -6,6 +6,7 @@ from prefect import flow, get_run_logger
 
 from skillflow.quality import QualityReport
 from tasks.common import params_run_name
+from tasks.events import emit_quality_blocking
 from tasks.quality import (
     DataQualityFailed,
     DataQualityParams,
@@ -36,6 +37,7 @@ def data_quality(params: DataQualityParams | None = None) -> QualityReport:
         len(report.checks), report.blocking_failures, report.warnings, report.id,
     )  # fmt: skip
     if not report.passed:
+        emit_quality_blocking(report.id, [c.id for c in report.failed("blocking")])
         failed = ", ".join(c.id for c in report.failed("blocking"))
         raise DataQualityFailed(f"{report.blocking_failures} blocking data-quality check(s) failed: {failed}")
     return report

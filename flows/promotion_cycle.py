@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.cycle import PromotionReport
+from tasks.common import params_run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
 from tasks.promotion import fan_out_partitions, list_partitions, run_partitions
 from tasks.reporting import publish_report
@@ -20,8 +21,8 @@ class PromotionCycleParams(BaseModel):
     """Parameters of one promotion cycle (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")
-    agent_id: str | None = Field(None, description="Only this agent (default: every agent)")
-    user_id: str | None = Field(None, description="Only this user (default: every user)")
+    agent_id: str = Field("", max_length=255, description="Only this agent (empty: every agent)")
+    user_id: str = Field("", max_length=255, description="Only this user (empty: every user)")
     dry_run: bool = Field(False, description="Compute the report but write nothing")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
     force: bool = Field(False, description="Run even if fewer than promotion_every_n_runs runs arrived")
@@ -30,12 +31,18 @@ class PromotionCycleParams(BaseModel):
     )
     chunks: int | None = Field(None, ge=1, le=10_000, description="Child runs in pool mode (default: worker slots)")
 
+    @field_validator("agent_id", "user_id", mode="before")
+    @classmethod
+    def _none_is_all(cls, value: object) -> object:
+        """``None`` (the CLI's unset option, an old saved parameter set) means every tenant, like ``""``."""
+        return "" if value is None else value
+
 
 class PartitionsFailed(RuntimeError):
     """Some partitions failed after every other partition ran; the message names partitions and error classes."""
 
 
-@flow(name="promotion-cycle", log_prints=False)
+@flow(name="promotion-cycle", flow_run_name=params_run_name("cycle", "agent_id", "user_id"), log_prints=False)
 def promotion_cycle(params: PromotionCycleParams | None = None) -> list[PromotionReport]:
     """Run the promotion cycle in every matching (agent, user) partition; returns one report per partition.
 
@@ -48,7 +55,7 @@ def promotion_cycle(params: PromotionCycleParams | None = None) -> list[Promotio
     config = load_promotion_config(overrides=params.config_overrides or None)
     now, url = utcnow(), params.database_url
     fleet = FleetSettings()
-    partitions = list_partitions(url, params.agent_id, params.user_id)
+    partitions = list_partitions(url, params.agent_id or None, params.user_id or None)
     if partitions and resolve_mode(params.fan_out, fleet) == "pool":
         overrides = dict(params.config_overrides)
         reports = fan_out_partitions(url, partitions, params.chunks, overrides, now, params.dry_run, params.force)

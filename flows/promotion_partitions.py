@@ -22,6 +22,17 @@ from tasks.promotion import run_partitions
 from tasks.reporting import publish_report
 
 
+def chunk_run_name() -> str:
+    """``partitions-<n>-from-<first agent>-<first user>``: how big the chunk is and where it starts (ids only)."""
+    from prefect.runtime import flow_run
+
+    params: Any = (flow_run.parameters or {}).get("params") or {}
+    pairs = params.get("partitions") if isinstance(params, dict) else getattr(params, "partitions", None)
+    pairs = list(pairs or [])
+    first = "-".join(str(x)[:24] for x in pairs[0]) if pairs else "none"
+    return f"partitions-{len(pairs)}-from-{first}"
+
+
 class PromotionPartitionsParams(BaseModel):
     """A chunk of partitions (rendered as a form in the Prefect UI)."""
 
@@ -38,7 +49,7 @@ class PromotionPartitionsParams(BaseModel):
     )
 
 
-@flow(name="promotion-partitions", log_prints=False)
+@flow(name="promotion-partitions", flow_run_name=chunk_run_name, log_prints=False)
 def promotion_partitions(params: PromotionPartitionsParams | None = None) -> list[PromotionReport]:
     """Run the promotion cycle in each partition of the chunk; a failed partition is reported, never fatal."""
     params = params or PromotionPartitionsParams()

@@ -14,6 +14,16 @@ from tasks.fanout import FanOut, resolve_mode
 from tasks.shadow import drain_outbox, fan_out_drains, publish_shadow_summary, requeue_backlog
 
 
+def drain_run_name() -> str:
+    """``shadow-drain`` plus what makes this drain special: dry run, backlog re-queue, fan-out mode."""
+    from prefect.runtime import flow_run
+
+    params: Any = (flow_run.parameters or {}).get("params") or {}
+    get = params.get if isinstance(params, dict) else lambda key, default=None: getattr(params, key, default)
+    flags = [flag for flag, on in (("dry-run", get("dry_run")), ("backlog", get("evaluate_backlog"))) if on]
+    return "-".join(["shadow-drain", *flags, *([str(get("fan_out"))] if get("fan_out") else [])])
+
+
 class ShadowEvaluationParams(BaseModel):
     """Parameters of one drain (rendered as a form in the Prefect UI)."""
 
@@ -39,7 +49,7 @@ class ShadowDrainsFailed(RuntimeError):
     """Some concurrent drains did not complete; their claims expire and the next drain retries the runs."""
 
 
-@flow(name="shadow-evaluation")
+@flow(name="shadow-evaluation", flow_run_name=drain_run_name)
 def shadow_evaluation(params: ShadowEvaluationParams | None = None) -> DrainReport:
     """Claim → evaluate → append records → reconcile stats, batch after batch until the outbox is empty."""
     params = params or ShadowEvaluationParams()

@@ -34,10 +34,12 @@ def define_automations(database_url: str | None = None) -> list[Any]:
     from prefect.automations import Automation, EventTrigger, RunDeployment
 
     base: dict[str, Any] = {"database_url": database_url} if database_url else {}
-    tenant = [
-        "{{ event.resource['skillflow.agent_id'] }}",
-        "{{ event.resource['skillflow.user_id'] }}",
-    ]
+    # One (agent, user) pair from the event's labels, rendered as JSON (plain "{{ }}" strings are not templated
+    # inside nested lists, and tojson keeps any id exact).
+    labels = (
+        "[[{{ event.resource['skillflow.agent_id'] | tojson }}, {{ event.resource['skillflow.user_id'] | tojson }}]]"
+    )
+    tenant = {"__prefect_kind": "json", "value": {"__prefect_kind": "jinja", "template": labels}}
     return [
         Automation(
             name=REQUALIFY,
@@ -53,7 +55,7 @@ def define_automations(database_url: str | None = None) -> list[Any]:
                 RunDeployment(
                     source="selected",
                     deployment_id=deployment_id(PARTITIONS_DEPLOYMENT),
-                    parameters={"params": {**base, "partitions": [tenant], "force": True}},
+                    parameters={"params": {**base, "partitions": tenant, "force": True}},
                 )
             ],
         ),

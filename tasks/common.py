@@ -100,3 +100,19 @@ def params_run_name(prefix: str, *fields: str) -> Callable[[], str]:
         return "-".join([prefix, *parts]) if parts else prefix
 
     return name
+
+
+def task_run_namer(prefix: str, *fields: str) -> Callable[[], str]:
+    """A ``task_run_name`` callable: ``prefix`` plus the named task parameters (ids, cut to 24 characters).
+
+    A missing or empty value reads ``all``, so an unscoped call is named ``<prefix>-all-all``, not ``None``.
+    """
+
+    def name() -> str:
+        from prefect.runtime import task_run
+
+        params = task_run.parameters or {}
+        parts = [str(params.get(f) or "all")[:24] for f in fields]
+        return "-".join([prefix, *parts])
+
+    return name

@@ -8,21 +8,42 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from prefect import get_run_logger
+
 from skillflow.kernel.config import PromotionConfig
 from skillflow.promotion import cycle
 from skillflow.promotion.cycle import PromotionReport
 from skillflow.storage.aggregate import partitions
-from tasks.common import engine_for, flow_run_id, stage
+from tasks.common import engine_for, flow_run_id, stage, task_run_namer
 
 
-@stage()
+@stage(run_name=task_run_namer("list-partitions", "agent_id", "user_id"))
 def list_partitions(database_url: str | None, agent_id: str | None, user_id: str | None) -> list[tuple[str, str]]:
-    """Every (agent, user) partition with stored runs, optionally narrowed to one agent or user."""
+    """Every (agent, user) partition with stored runs, optionally narrowed to one agent or user ("" = all)."""
     with engine_for(database_url).connect() as conn:
-        return partitions(conn, agent_id, user_id)
+        found = partitions(conn, agent_id or None, user_id or None)
+    get_run_logger().info("%d partition(s) with stored runs", len(found))
+    return found
 
 
-@stage(delays=(2.0, 10.0, 30.0), retries=3)
+def log_report(report: PromotionReport) -> None:
+    """One INFO line per partition report: counts and ids (skill ids, class-hash prefixes), never content."""
+    tenant = f"{report.agent_id}/{report.user_id}"
+    if report.partition_skipped or report.partition_failed:
+        state = "failed" if report.partition_failed else "skipped"
+        get_run_logger().info("partition %s %s: %s", tenant, state, report.partition_failed or report.partition_skipped)
+        return
+    get_run_logger().info(
+        "partition %s cycle %d: %d class(es) considered, %d landed (%s), %d would land, %d rejected (%s), "
+        "%d skipped, %d deprecated%s",
+        tenant, report.cycle, report.candidates_considered, len(report.promoted),
+        ", ".join(s[:12] for s in report.promoted) or "none", len(report.would_promote), len(report.rejected),
+        ", ".join(h[:12] for h, _ in report.rejected) or "none", len(report.skipped), len(report.deprecated),
+        " (dry run)" if report.dry_run else "",
+    )  # fmt: skip
+
+
+@stage(delays=(2.0, 10.0, 30.0), retries=3, run_name="cycle-{agent_id}-{user_id}")
 def cycle_partition(
     database_url: str | None,
     agent_id: str,
@@ -33,7 +54,7 @@ def cycle_partition(
     force: bool,
 ) -> PromotionReport:
     """One partition's cycle (sweep → gates → rank → distill → validate → land → report)."""
-    return cycle.run_partition(
+    report = cycle.run_partition(
         engine_for(database_url),
         agent_id,
         user_id,
@@ -43,24 +64,28 @@ def cycle_partition(
         now=now,
         flow_run_id=flow_run_id(),
     )
+    log_report(report)
+    return report
 
 
-@stage()
+@stage(run_name="partition-failed-{agent_id}-{user_id}")
 def record_partition_failure(
     database_url: str | None, agent_id: str, user_id: str, dry_run: bool, reason: str
 ) -> PromotionReport:
     """Store the report of a partition whose cycle failed: which stage, which error class (never a message)."""
-    return cycle.record_partition_failure(
+    report = cycle.record_partition_failure(
         engine_for(database_url), agent_id, user_id, reason, dry_run=dry_run, flow_run_id=flow_run_id()
     )
+    log_report(report)
+    return report
 
 
-@stage(delays=(2.0, 10.0, 30.0), retries=3)
+@stage(delays=(2.0, 10.0, 30.0), retries=3, run_name=task_run_namer("distill", "agent_id", "user_id", "canonical_hash"))
 def distill_one_class(
     database_url: str | None, agent_id: str, user_id: str, canonical_hash: str, config: PromotionConfig, dry_run: bool
 ) -> PromotionReport:
     """ "Distill now" for one class: the same gates and validation as a cycle."""
-    return cycle.promote_class(
+    report = cycle.promote_class(
         engine_for(database_url),
         agent_id,
         user_id,
@@ -69,6 +94,8 @@ def distill_one_class(
         dry_run=dry_run,
         flow_run_id=flow_run_id(),
     )
+    log_report(report)
+    return report
 
 
 def run_partitions(
@@ -130,6 +157,9 @@ def fan_out_partitions(
     groups = chunk(partitions, chunks or settings.chunks or worker_slots(CHILD_DEPLOYMENT))
     base = {"database_url": database_url, "dry_run": dry_run, "force": force, "config_overrides": overrides}
     params = [{"params": {**base, "partitions": g, "now": now.isoformat()}} for g in groups]
+    get_run_logger().info(
+        "fan-out: %d partition(s) in %d chunk(s) of %s", len(partitions), len(groups), CHILD_DEPLOYMENT
+    )
     children = run_children(CHILD_DEPLOYMENT, params, flow_run_id(), settings)
     with engine_for(database_url).connect() as conn:
         bodies = bodies_of_runs(conn, "promotion", [c.flow_run_id for c in children])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -74,8 +74,13 @@ def gate_table(reports: list[PromotionReport]) -> list[dict[str, object]]:
     ]
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="publish-promotion-report")
 def publish_report(reports: list[PromotionReport]) -> None:
     """Markdown + table artifacts under stable keys (a new version per run)."""
     create_markdown_artifact(render_markdown(reports), key=REPORT_KEY, description="Promotion report")
-    create_table_artifact(gate_table(reports), key=GATES_KEY, description="Per-class promotion gates")
+    rows = gate_table(reports)
+    create_table_artifact(rows, key=GATES_KEY, description="Per-class promotion gates")
+    get_run_logger().info(
+        "published %s (%d partition(s), %d landed) and %s (%d class row(s))",
+        REPORT_KEY, len(reports), sum(len(r.promoted) for r in reports), GATES_KEY, len(rows),
+    )  # fmt: skip

@@ -29,6 +29,18 @@ def artifact_key(skill_id: str) -> str:
     return "review-" + re.sub(r"[^a-z0-9-]", "-", skill_id.lower())[:12]
 
 
+def artifact_url(artifact_id: UUID) -> str:
+    """The artifact's page in the UI: absolute under ``PREFECT_UI_URL`` when known, else relative to the UI.
+
+    ``prefect.utilities.urls.url_for`` has no URL for artifacts (it returns None), so the form's link is built
+    from the UI's route ``/artifacts/artifact/<id>``.
+    """
+    from prefect.settings import PREFECT_UI_URL
+
+    base = (PREFECT_UI_URL.value() or "").rstrip("/")
+    return f"{base}/artifacts/artifact/{artifact_id}"
+
+
 @stage(run_name="load-review-{skill_id}")
 def load_review(database_url: str | None, skill_id: str, config: PromotionConfig) -> ReviewEvidence:
     evidence = gather_evidence(engine_for(database_url), skill_id, config)
@@ -43,8 +55,6 @@ def load_review(database_url: str | None, skill_id: str, config: PromotionConfig
 @task(cache_policy=NO_CACHE, task_run_name="publish-review-{evidence.skill_id}")
 def publish_review(evidence: ReviewEvidence) -> str | None:
     """The review page (with its chart) and the evidence table; returns the page's UI URL when known."""
-    from prefect.utilities.urls import url_for
-
     key = artifact_key(evidence.skill_id)
     artifact_id = create_markdown_artifact(
         key=key,
@@ -54,7 +64,7 @@ def publish_review(evidence: ReviewEvidence) -> str | None:
     rows = evidence_table(evidence)
     if rows:
         create_table_artifact(key=f"{key}-evidence", table=rows, description="Source class, baseline, validation")
-    url = url_for("artifact", obj_id=artifact_id) if isinstance(artifact_id, UUID) else None
+    url = artifact_url(artifact_id) if isinstance(artifact_id, UUID) else None
     get_run_logger().info("published review artifact %s (%d evidence rows)", key, len(rows))
     return url
 

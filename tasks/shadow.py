@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
@@ -16,7 +16,7 @@ from skillflow.storage.outbox import requeue_unevaluated
 from tasks.common import engine_for, flow_run_id, stage
 
 
-@stage()
+@stage(run_name="drain-outbox")
 def drain_outbox(
     database_url: str | None,
     config: PromotionConfig,
@@ -27,19 +27,29 @@ def drain_outbox(
 ) -> DrainReport:
     """Claim → evaluate → append records → reconcile, batch after batch (claims make a retry safe)."""
     model = get_embedder(embedder or Settings().embedder)
-    return drain_shadow_evaluations(
+    report = drain_shadow_evaluations(
         engine_for(database_url), config, model, None, batch_size, max_batches, dry_run=dry_run
     )
+    get_run_logger().info(
+        "drain %s: %d batch(es), %d run(s) claimed, %d with evidence, %d record(s) appended, %d without a "
+        "candidate, %d failed (%s), %d skill(s) reconciled, %s pending, %.1fs",
+        report.status, report.batches, report.claimed, report.evaluated_runs, report.records, report.no_candidate,
+        report.failed, ", ".join(i[:12] for i in report.failed_ids[:10]) or "none", report.skills_reconciled,
+        "n/a" if report.pending_left is None else report.pending_left, report.seconds,
+    )  # fmt: skip
+    return report
 
 
-@stage()
+@stage(run_name="requeue-backlog")
 def requeue_backlog(database_url: str | None, since: datetime | None) -> int:
     """Re-queue tool-calling runs that were never shadow-evaluated (idempotent: one set-based UPDATE)."""
     with engine_for(database_url).begin() as conn:
-        return requeue_unevaluated(conn, since)
+        count = requeue_unevaluated(conn, since)
+    get_run_logger().info("re-queued %d never-evaluated run(s) for shadow evaluation", count)
+    return count
 
 
-@task(cache_policy=NO_CACHE)
+@task(cache_policy=NO_CACHE, task_run_name="publish-shadow-summary")
 def publish_shadow_summary(report: DrainReport) -> None:
     lines = [
         "# Shadow evaluation",
@@ -53,9 +63,10 @@ def publish_shadow_summary(report: DrainReport) -> None:
     create_markdown_artifact(
         key="shadow-evaluation", markdown="\n".join(lines), description="Shadow evaluation summary"
     )
+    get_run_logger().info("published shadow-evaluation summary (%s, %d record(s))", report.status, report.records)
 
 
-@stage()
+@stage(run_name="note-backlog")
 def note_backlog(database_url: str | None, threshold: int) -> int:
     """Count the shadow outbox and emit ``skillflow.outbox.backlog`` above ``threshold``; returns the count."""
     from skillflow.storage.outbox import pending_count
@@ -65,6 +76,7 @@ def note_backlog(database_url: str | None, threshold: int) -> int:
     with engine.connect() as conn:
         pending = pending_count(conn)
     emit_backlog(pending, threshold, os.path.basename(engine.url.database or "") or engine.url.drivername)
+    get_run_logger().info("shadow outbox: %d run(s) pending (backlog event above %d)", pending, threshold)
     return pending
 
 
@@ -84,6 +96,7 @@ def fan_out_drains(
     settings = FleetSettings()
     n = chunks or settings.chunks or worker_slots(CHILD_DEPLOYMENT)
     params = [{"params": {**child_params, "fan_out": "local", "evaluate_backlog": False}} for _ in range(n)]
+    get_run_logger().info("fan-out: %d concurrent drain(s) of %s", n, CHILD_DEPLOYMENT)
     children = run_children(CHILD_DEPLOYMENT, params, flow_run_id(), settings)
     with engine_for(database_url).connect() as conn:
         pending = pending_count(conn)

@@ -1,13 +1,16 @@
 """``skillflow demo``: the whole loop on the embedded default, with real Prefect flow runs.
 
-Simulated runs (or the τ-bench corpus) → promotion cycle (skills land in SHADOW) → more runs → shadow
-evaluation → readiness → activation (user) → injection → a tool breaks → drift demotion (stamps cleared,
-raw runs visible again) → the tool is fixed → re-qualification → v2 → data quality and status.
+Simulated runs and multi-turn conversations (or the τ-bench corpus) → promotion cycle (skills land in
+SHADOW) → more runs → shadow evaluation → readiness → activation (user; the applicability rule is refit at
+once) → a multi-turn conversation gets its skill just before the write, an unrelated request gets none →
+injection per provider → a tool breaks → drift demotion (stamps cleared, raw runs visible again) → the
+tool is fixed → re-qualification → v2 → data quality and status.
 This module composes flows, so it lives in the CLI layer (the domain package never imports prefect).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -153,15 +156,15 @@ def run_simulated(db: str) -> None:
     from flows.data_quality import DataQualityParams, data_quality
     from flows.drift_demotion import DriftDemotionParams, drift_demotion
     from flows.shadow_evaluation import ShadowEvaluationParams, shadow_evaluation
-    from skillflow.lab.simulator import business_outcome, simulate_runs
+    from skillflow.lab.simulator import business_outcome, simulate_conversations, simulate_runs
     from skillflow.lifecycle.readiness import get_shadow_readiness
 
-    demo = Demo(db, 11)
+    demo = Demo(db, 12)
     demo.step("fresh database: every migration, recorded")
     _fresh_sqlite(db)
     console.print(f"applied: {', '.join(migrate(demo.engine))}  on {db}")
 
-    demo.step("400 simulated runs per tenant, through the capture API an agent uses")
+    demo.step("400 simulated runs per tenant (+150 multi-turn conversations), through the capture API")
     biz = Skillflow(
         agent_id=AGENT, engine=demo.engine, workflow_outcome_evaluator=business_outcome, continual_learning=True
     )
@@ -170,6 +173,11 @@ def run_simulated(db: str) -> None:
     for sf, user in ((biz, BUSINESS), (exe, EXECUTION)):
         rep = simulate_runs(sf, 400, 7, user_id=user, start=start, step=timedelta(minutes=1))
         console.print(f"{user:>15}: {rep.stored} runs stored, {rep.with_identity} with a trajectory identity")
+    conv = simulate_conversations(biz, 150, 7, user_id=BUSINESS, start=start + timedelta(seconds=30))
+    console.print(
+        f"{BUSINESS:>15}: {conv.runs} conversations (greeting, request, reads, confirmation, write) → "
+        f"{conv.stored} procedure runs via record_conversation"
+    )
     console.print(_class_table(demo.engine, AGENT, BUSINESS))
 
     demo.step("promotion cycle — same traffic, two outcome definitions")
@@ -224,6 +232,10 @@ def run_simulated(db: str) -> None:
         f"{active.name} v{active.version}: {active.status}, role {active.injection_role}; "
         f"{_stamped(demo.engine, skill.id)} runs of its class stamped (suppressed from workflow retrieval)"
     )
+    console.print(_rule_line(demo.engine, BUSINESS))
+
+    demo.step("a multi-turn conversation gets its skill just before the write; an unrelated request gets none")
+    _conversation_step(biz)
 
     demo.step("injection: the request for a new matching query, per provider")
     query = "Please cancel my reservation K3X9PQ. My user id is lena_kim_4242."
@@ -297,6 +309,68 @@ def run_simulated(db: str) -> None:
     demo.step("status")
     _status(demo)
     console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {db}")
+
+
+def _rule_line(engine: Engine, user_id: str) -> str:
+    """The tenant's stored applicability rule, as the activation refit it (docs/guide/runtime.md)."""
+    from skillflow.injection.applicability import load_rule
+
+    with engine.connect() as conn:
+        stored = load_rule(conn, AGENT, user_id)
+    if stored is None:
+        return "applicability rule: none yet (fixed threshold until the first cycle)"
+    r = stored.rule
+    floors = ", ".join(f"{k} ≥ {v:.3f}" for k, v in sorted(r.floors.items()))
+    inner = r.inner
+    return (
+        f"applicability rule refit right after the activation: {len(r.skills)} live skill(s), "
+        f"injects={r.injects} ({r.reason})\n  view {r.view}, margin {r.margin}, floors {floors or '-'}; inner CV "
+        f"on the tenant's history: {inner.get('hits', 0)}/{inner.get('positives', 0)} hits, "
+        f"{inner.get('wrong', 0)} wrong, {inner.get('false', 0)}/{inner.get('negatives', 0)} false injections"
+    )
+
+
+def _conversation_step(sf: Skillflow) -> None:
+    """``prepare(..., conversation=...)`` just before cancel_reservation, then an unrelated request."""
+    from skillflow.injection.conversation import Conversation
+
+    def call(i: int, tool: str, args: dict[str, str], result: str) -> list[dict[str, Any]]:
+        fn = {"name": tool, "arguments": json.dumps(args)}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "type": "function", "function": fn}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": result},
+        ]
+
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Hi there."},
+        {"role": "assistant", "content": "Hello! How can I help you today?"},
+        {"role": "user", "content": "Please cancel my reservation K3X9PQ. My user id is lena_kim_4242."},
+        *call(1, "get_user_details", {"user_id": "lena_kim_4242"}, '{"reservations": ["K3X9PQ"]}'),
+        *call(2, "get_reservation_details", {"reservation_id": "K3X9PQ"}, '{"status": "active"}'),
+        {"role": "assistant", "content": "I found it. Shall I go ahead with cancel_reservation?"},
+        {"role": "user", "content": "yes, please proceed"},
+    ]
+    conv = Conversation.from_messages(messages)
+    for m in messages:
+        shown = m["content"] or " + ".join(c["function"]["name"] for c in m.get("tool_calls") or [])
+        console.print(f"  [dim]{m['role']:>9}:[/] {shown[:90]}")
+    console.print("  [dim](next: the agent's model is about to call cancel_reservation)[/]")
+    query = messages[-1]["content"]
+    console.print(f'sf.prepare("{query}", "{BUSINESS}", conversation=Conversation.from_messages(messages))')
+    _selection_line(sf, query, conv)
+    for other in (
+        "Can I bring my cat in the cabin? What is the baggage allowance for a pet?",
+        "What's the weather going to be like in Paris tomorrow?",
+    ):
+        console.print(f'sf.prepare("{other}", "{BUSINESS}")')
+        _selection_line(sf, other, None)
+
+
+def _selection_line(sf: Skillflow, query: str, conv: Any) -> None:
+    selection = sf.select_skills(query, BUSINESS, conv)
+    prepared = sf.prepare(query, BUSINESS, conversation=conv)
+    chosen = ", ".join(f"{s.name} v{s.version} (score {s.score:.3f})" for s in prepared.skills) or "no skill"
+    console.print(f"  → {chosen}; select_skills: state {selection.state}, reason '{selection.reason}'")
 
 
 def _status(demo: Demo) -> None:

@@ -1,9 +1,12 @@
-"""``make ui-check``: a real local Prefect server, the deployments, one promotion cycle, a browser screenshot.
+"""``make ui-check``: a real local Prefect server and the served deployments, toured in headless Chromium.
 
-Steps: start ``prefect server`` on 127.0.0.1 (own PREFECT_HOME), seed a fresh SQLite database with runs,
-serve the deployments in a subprocess (``skillflow serve``), trigger ``promotion-cycle`` through the API,
-wait for it to finish, then let headless Chromium load the flow run's Artifacts tab and save
-``screenshots/prefect-flow-run.png``.
+Steps: seed a fresh SQLite database with runs, start ``prefect server`` on 127.0.0.1 (own PREFECT_HOME), serve
+the deployments (``skillflow serve``, logging at INFO like ``make serve``), then drive Chromium over the
+DevTools protocol (:mod:`skillflow.cli.uibrowser`) and save screenshots under ``screenshots/ui-check/``: the
+deployments list, the Run forms, a promotion cycle's Logs tab, a paused activation review and its Resume
+form, the review artifact with its chart, and the drift report with its chart. Everything the check needs
+to pass (states, the form's text, a decoded chart image) is asserted on, not only photographed.
+The work folder lives under ``.skillflow/ui-check`` and is removed at the end; needs ``chromium``.
 
 ``skillflow`` never imports prefect at module level; the Prefect client is imported inside the
 functions that need it (this module is a dev tool run as ``python -m skillflow.cli.uicheck``).
@@ -19,25 +22,15 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-    "--window-size=1600,1200",
-)
+from skillflow.cli.uibrowser import browser
+from skillflow.cli.uitour import FORMS, Tour, tour
+
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
 
 
@@ -103,7 +96,7 @@ def local_prefect_server(home: Path, port: int | None = None, timeout: float = 1
 @contextlib.contextmanager
 def serving(database_url: str, api_url: str, workdir: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``skillflow serve --db URL`` in a subprocess against ``api_url``."""
-    env = {**os.environ, **QUIET_ENV, "PREFECT_API_URL": api_url}
+    env = {**os.environ, **QUIET_ENV, "PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
     log = (workdir / "serve.log").open("wb")
     proc = subprocess.Popen(
         [_bin("skillflow"), "serve", "--db", database_url], env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -117,8 +110,11 @@ def serving(database_url: str, api_url: str, workdir: Path) -> Iterator[subproce
 
 
 def seed_runs(database_url: str) -> int:
-    """A few tool-calling runs that clear the default gates (one class, several distinct queries)."""
-    from skillflow.kernel.models import Step
+    """Runs of one refund class over the last eight days that clear the default gates (one failure, so the
+    review's daily success chart has something to show)."""
+    from datetime import timedelta
+
+    from skillflow.kernel.models import Step, utcnow
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
     from skillflow.storage.migrations import migrate
@@ -127,14 +123,19 @@ def seed_runs(database_url: str) -> int:
     migrate(engine)
     sf = Skillflow(agent_id="ui-check", engine=engine, continual_learning=True)
     sf.register_tools(["lookup_order", "issue_refund"])
-    for i in range(6):
+    runs = 8
+    for i in range(runs):
         steps = [
             Step(tool="lookup_order", arguments={"order_id": f"A{i}"}, result={"status": "delivered"}),
             Step(tool="issue_refund", arguments={"order_id": f"A{i}", "amount": 10 + i}, result={"accepted": True}),
         ]
-        sf.record_run(f"please refund my order number {i}", "demo-user", steps, strict=True)
+        sf.record_run(
+            f"please refund my order number {i}", "demo-user", steps, strict=True,
+            created_at=utcnow() - timedelta(days=runs - 1 - i, minutes=5),
+            execution_error="TimeoutError" if i == 3 else None,
+        )  # fmt: skip
     engine.dispose()
-    return 6
+    return runs
 
 
 def wait_for_deployment(api_url: str, name: str, timeout: float = 90.0) -> Any:
@@ -153,25 +154,6 @@ def wait_for_deployment(api_url: str, name: str, timeout: float = 90.0) -> Any:
                 time.sleep(1)
 
 
-def trigger_and_wait(api_url: str, name: str, parameters: dict[str, Any] | None = None, timeout: float = 300.0) -> Any:
-    """Create a flow run of deployment ``name`` through the API and wait for a final state."""
-    from prefect.client.orchestration import get_client
-    from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    with temporary_settings({PREFECT_API_URL: api_url}):
-        run: Any = run_deployment(name, parameters=parameters, timeout=0)
-        deadline = time.monotonic() + timeout
-        with get_client(sync_client=True) as client:
-            while True:
-                run = client.read_flow_run(run.id)
-                if run.state is not None and run.state.is_final():
-                    return run
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"flow run {run.id} not finished after {timeout:.0f}s (state {run.state})")
-                time.sleep(1)
-
-
 def verify_cli_run(api_url: str, database_url: str) -> None:
     """``prefect deployment run`` with nested params (the syntax the README documents) creates a run."""
     env = {**os.environ, **QUIET_ENV, "PREFECT_API_URL": api_url}
@@ -182,61 +164,61 @@ def verify_cli_run(api_url: str, database_url: str) -> None:
         raise RuntimeError(f"prefect deployment run failed: {done.stdout[-800:]} {done.stderr[-800:]}")
 
 
-def screenshot(url: str, out: Path, budget_ms: int = 15000) -> Path:
-    """Headless Chromium screenshot of ``url`` (the UI is a single-page app: give it virtual time)."""
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="skillflow-chromium-") as profile:
-        cmd = [
-            chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}",
-            f"--screenshot={out}", url,
-        ]  # fmt: skip
-        subprocess.run(cmd, check=True, timeout=120, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    if not out.is_file() or out.stat().st_size == 0:
-        raise RuntimeError(f"chromium produced no screenshot at {out}")
-    return out
+def run_ui_check(
+    out: Path = Path("screenshots/ui-check"), workdir: Path | None = None, keep_workdir: bool = False
+) -> dict[str, Any]:
+    """The whole check; returns run ids and states, screenshot paths and findings (the caller asserts).
+
+    The work folder (database, Prefect home, server and serve logs, the browser profile) is
+    ``.skillflow/ui-check`` under the current directory unless given, and is removed at the end unless
+    ``keep_workdir``; nothing goes to the system temp folder.
+    """
+    work = (workdir or Path(".skillflow") / "ui-check").resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    result = Tour(out=out)
+    try:
+        database_url = f"sqlite:///{work / 'ui-check.db'}"
+        seed_runs(database_url)
+        with local_prefect_server(work / "prefect-home") as api_url, serving(database_url, api_url, work):
+            for name in (*FORMS, "activation-review"):
+                wait_for_deployment(api_url, f"{name}/{name}")
+            verify_cli_run(api_url, database_url)
+            with browser(work / "chromium-profile") as page:
+                tour(result, page, api_url, database_url)
+    finally:
+        if not keep_workdir:
+            shutil.rmtree(work, ignore_errors=True)
+    return {"screenshots": result.shots, "runs": result.runs, "states": result.states, "findings": result.findings,
+            "workdir": str(work) if keep_workdir else None}  # fmt: skip
 
 
-def run_ui_check(out: Path = Path("screenshots/prefect-flow-run.png"), workdir: Path | None = None) -> dict[str, Any]:
-    """The whole check; returns the flow run id, its state, the artifact keys and the screenshot path."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    work = workdir or Path(tempfile.mkdtemp(prefix="skillflow-ui-check-"))
-    database_url = f"sqlite:///{work / 'ui-check.db'}"
-    seed_runs(database_url)
-    with local_prefect_server(work / "prefect-home") as api_url, serving(database_url, api_url, work):
-        wait_for_deployment(api_url, "promotion-cycle/promotion-cycle")
-        # force=True: a manual cycle ignores the every-N-runs cadence (the whole params model is replaced).
-        params = {"params": {"database_url": database_url, "force": True}}
-        run = trigger_and_wait(api_url, "promotion-cycle/promotion-cycle", parameters=params)
-        verify_cli_run(api_url, database_url)
-        with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
-            artifacts = client.read_artifacts(
-                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
-            )
-        keys = sorted({a.key for a in artifacts if a.key})
-        ui = api_url.removesuffix("/api")
-        # The flow run page (its graph carries the promotion-report artifact badge); the UI ignores ?tab= on
-        # first render, so the artifact itself is captured from its own page as a second screenshot.
-        shot = screenshot(f"{ui}/runs/flow-run/{run.id}?tab=Artifacts", out)
-        report = next((a for a in artifacts if a.key == "promotion-report"), None)
-        artifact_shot = None
-        if report is not None:
-            artifact_shot = screenshot(
-                f"{ui}/artifacts/artifact/{report.id}", out.with_name("prefect-promotion-report.png")
-            )
-    return {"flow_run_id": str(run.id), "state": run.state.name if run.state else None, "artifacts": keys,
-            "screenshot": str(shot), "artifact_screenshot": str(artifact_shot), "workdir": str(work)}  # fmt: skip
+def failures(result: dict[str, Any]) -> list[str]:
+    """What the check requires of a result; an empty list means it passed."""
+    f, states, problems = result["findings"], result["states"], []
+    for name in ("promotion-cycle", "activation-review", "drift-demotion"):
+        if states.get(name) != "Completed":
+            problems.append(f"{name} ended {states.get(name)}")
+    for key, fields in f.items():
+        if key.endswith(":id-fields"):
+            problems += [f"{key} {x['label']}: opens on a None variant" for x in fields if x["none"]]
+    if not f.get("promotion-cycle:logs"):
+        problems.append("no INFO stage log line in the promotion cycle's Logs tab")
+    for key in ("review-form:skill-name", "review-form:artifact-link", "review-form:descriptions"):
+        if not f.get(key):
+            problems.append(f"{key} missing")
+    for key in ("review-artifact:images", "drift-report:images"):
+        if not any(img["shown"] for img in f.get(key) or []):
+            problems.append(f"{key}: no chart picture shown")
+    return problems
 
 
 def main() -> None:
     result = run_ui_check()
-    for key, value in result.items():
-        print(f"{key}: {value}")
-    if result["state"] != "Completed" or "promotion-report" not in result["artifacts"]:
-        raise SystemExit("ui-check failed: the promotion cycle did not complete with a promotion-report artifact")
+    print(json.dumps(result, indent=2, default=str))
+    problems = failures(result)
+    if problems:
+        raise SystemExit("ui-check failed: " + "; ".join(problems))
 
 
 if __name__ == "__main__":

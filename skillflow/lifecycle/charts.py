@@ -147,7 +147,7 @@ def render_png(charts: SkillCharts, dpi: int = 90) -> bytes:
             ax.set_xlabel("activation")
             ax.legend(loc="lower left", fontsize="small")
         else:
-            ax.plot([p.day for p in series], [p.rate for p in series], marker="o")
+            _plot_days(ax, series)
             fig.autofmt_xdate()
         ax.set_ylim(-0.05, 1.05)
         ax.set_title(label, fontsize="medium")
@@ -157,6 +157,17 @@ def render_png(charts: SkillCharts, dpi: int = 90) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
+
+
+def _plot_days(ax: Any, series: list[DailyRate]) -> None:
+    """Daily rates with a day-wide margin (one day alone would otherwise stretch the axis over years)."""
+    from matplotlib.dates import AutoDateLocator, DateFormatter
+
+    days = [p.day for p in series]
+    ax.plot(days, [p.rate for p in series], marker="o")
+    ax.set_xlim(min(days) - timedelta(days=1), max(days) + timedelta(days=1))
+    ax.xaxis.set_major_locator(AutoDateLocator(minticks=2, maxticks=8))
+    ax.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))
 
 
 def data_uri(png: bytes) -> str:

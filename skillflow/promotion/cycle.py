@@ -28,7 +28,6 @@ from skillflow.promotion.landing import ACTOR, ClassResult, Decision, record_rej
 from skillflow.promotion.ranking import by_score, score
 from skillflow.promotion.validation import ValidationResult
 from skillflow.storage.aggregate import (
-    aggregate_classes,
     class_samples,
     class_signature,
     cycle_count,
@@ -166,10 +165,18 @@ def assess_classes(
     cycle: int,
     canonical_hash: str | None = None,
     respect_backoff: bool = True,
+    *,
+    write_stats: bool = True,
 ) -> list[Assessment]:
-    """Aggregate the partition's classes in SQL and evaluate every gate; apply the rejection backoff."""
+    """Read the partition's maintained class statistics and evaluate every gate; apply the rejection backoff.
+
+    The statistics equal the full aggregation (docs/guide/aggregate.md); ``write_stats=False`` (a dry run) reads
+    the full aggregation instead, so nothing is written.
+    """
+    from skillflow.storage.class_stats import partition_stats
+
+    stats = partition_stats(engine, agent_id, user_id, canonical_hash, write=write_stats)
     with engine.connect() as conn:
-        stats = aggregate_classes(conn, agent_id, user_id, canonical_hash=canonical_hash, now=now)
         live_q = select(skillbox.c.canonical_hash).where(
             tenant_filter(skillbox, agent_id, user_id), skillbox.c.live_key.is_not(None)
         )
@@ -499,7 +506,7 @@ def run_partition(
         if swept.note:
             report.review_flags.append(swept.note)
         stage = "aggregation"
-        assessments = assess_classes(engine, agent_id, user_id, config, now, plan.cycle)
+        assessments = assess_classes(engine, agent_id, user_id, config, now, plan.cycle, write_stats=not dry_run)
         apply_assessments(report, assessments, now)
         report.review_flags.extend(unhashed_flags(engine, agent_id, user_id))
         chosen, below = choose(assessments, config, now)
@@ -618,7 +625,11 @@ def promote_class(
     )
     full = resolve_hash(engine, agent_id, user_id, canonical_hash) if len(canonical_hash) >= 4 else None
     assessments = (
-        assess_classes(engine, agent_id, user_id, config, now, cycle, full, respect_backoff=False) if full else []
+        assess_classes(
+            engine, agent_id, user_id, config, now, cycle, full, respect_backoff=False, write_stats=not dry_run
+        )
+        if full
+        else []
     )
     if not assessments:
         report.skipped.append((canonical_hash, UNKNOWN_CLASS))

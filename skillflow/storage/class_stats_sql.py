@@ -178,7 +178,7 @@ def fold_delta(now: datetime, agent_id: str | None, user_id: str | None) -> Sele
     d = demoted(agent_id, user_id)
     after = or_(d.c.since.is_(None), wm.c.created_at > d.c.since)
     counted = and_(cf.c.query_fingerprint.is_not(None), or_(d.c.since.is_(None), cf.c.last_seen > d.c.since))
-    fresh = case((and_(after, wm.c.query_fingerprint.is_not(None)), wm.c.query_fingerprint))
+    fresh = case((and_(after, wm.c.query_fingerprint.is_not(None), ~counted), wm.c.query_fingerprint))
     fp_join = and_(same_class(cf, wm), cf.c.query_fingerprint == wm.c.query_fingerprint)
     return (
         select(

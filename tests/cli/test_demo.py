@@ -33,7 +33,16 @@ def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     )
     out = proc.stdout
     assert proc.returncode == 0, proc.stderr[-3000:] + out[-3000:]
-    assert "[11/11] status" in out and "demo finished" in out
+    assert "[12/12] status" in out and "demo finished" in out
+    # The activation refits the rule at once; the multi-turn conversation gets its skill just before the
+    # write (select_skills' reason "injected"), and the unrelated requests get none.
+    assert "applicability rule refit right after the activation: 1 live skill(s), injects=True" in out
+    assert "150 conversations" in out and "procedure runs via record_conversation" in out
+    conv = out.split('sf.prepare("yes, please proceed"', 1)[1].split("sf.prepare(", 1)[0]
+    assert "→ cancel-reservation v1 (score " in conv and "state current, reason 'injected'" in conv
+    for other in ("baggage allowance for a pet", "weather going to be like in Paris"):
+        line = out.split(other, 1)[1].split("\n")[1]
+        assert "→ no skill; select_skills: state current" in line, line
     assert "business outcome evaluator: success rate" in out and "ineligible (success_rate" in out
     assert "cancel-reservation v1 — shadow, role user" in out
     assert "skills rendered: cancel-reservation" in out

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from skillflow.injection.embeddings import Embedder, HashingEmbedder, get_embedder
 from skillflow.injection.prompting import assemble, to_provider
@@ -31,7 +31,7 @@ from skillflow.lab.evaluation.metrics import CaseResult
 from skillflow.lab.evaluation.providers import AnthropicToolModel, OpenAIToolModel
 from skillflow.lab.evaluation.scripted import OFFLINE_LABEL, ScriptedModel, choose_procedure
 from skillflow.storage.engine import make_engine
-from skillflow.storage.schema import skillbox
+from skillflow.storage.schema import applicability_rules, skillbox
 from tests.support.fake_provider_server import FakeProvider, fake_provider
 
 SKILL_MD = """---
@@ -239,7 +239,12 @@ def test_harness_against_the_fake_openai_server(
 ) -> None:
     monkeypatch.setenv("SKILLFLOW_EMBEDDER", "hashing")
     settings = load_eval_settings(
-        provider="openai", base_url=fake.openai_base_url, intents=("refund_order",), cases=2, training_runs=120
+        provider="openai",
+        base_url=fake.openai_base_url,
+        intents=("refund_order",),
+        cases=2,
+        training_runs=120,
+        phrasing="seen",  # phrased like the training traffic: the production rule injects the skill
     )
     result = run_evaluation(settings, embedder=HashingEmbedder(), workdir=tmp_path)
     assert result.provider == "openai" and "openai model" in result.label
@@ -247,7 +252,8 @@ def test_harness_against_the_fake_openai_server(
     bodies = fake.bodies("/chat/completions")
     assert len(bodies) == 2 * 4  # every case in every arm: one answer ("ok"), no tool calls
     with_dev = [b for b in bodies if any(m["role"] == "developer" for m in b["messages"])]
-    assert len(with_dev) == 2  # exactly the developer arm's requests, seen on the wire
+    injected = [r for r in result.results if r.arm == "skill_developer" and r.skills_in_prompt]
+    assert len(injected) == 2 and len(with_dev) == 2  # exactly the developer arm's requests, seen on the wire
     assert all(r.answer_check == "key_facts" for r in result.results)
 
 
@@ -262,32 +268,97 @@ def offline_run(minilm: Embedder, tmp_path_factory: pytest.TempPathFactory) -> t
     workdir = tmp_path_factory.mktemp("eval")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKILLFLOW_EMBEDDER", "hashing")  # the training DB's own vectors; the arms use MiniLM
-        result = run_evaluation(load_eval_settings(cases=2, training_runs=150), embedder=minilm, workdir=workdir)
+        settings = load_eval_settings(cases=2, training_runs=150, phrasing="seen")
+        result = run_evaluation(settings, embedder=minilm, workdir=workdir)
     return result, workdir
 
 
-def test_offline_end_to_end(offline_run: tuple[EvaluationResult, Path]) -> None:
-    result, _ = offline_run
+def test_offline_end_to_end_at_the_production_configuration(offline_run: tuple[EvaluationResult, Path]) -> None:
+    result, workdir = offline_run
     assert result.label == OFFLINE_LABEL and result.offline
     assert [c.name for c in result.checks if c.passed] == [c.name for c in result.checks] and len(result.checks) == 5
+    assert result.settings["min_similarity"] is None and "(lower bound 0.70, production)" in result.notes[0]
+    # Every skill arm holds the rule its own history fitted, stored like a cycle's calibration stage does.
+    rules = result.training["applicability"]
+    assert set(rules) == {"skill_user", "skill_developer"} and all(r["live_skills"] == 3 for r in rules.values())
+    for arm in rules:
+        engine = make_engine(f"sqlite:///{workdir / arm}.db")
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(select(applicability_rules.c.rule_view)).scalar() == rules[arm]["view"]
+        finally:
+            engine.dispose()
     agg = result.aggregate()
     assert set(agg) == {"baseline", "skill_user", "skill_developer", "no_memory"}
     assert agg["baseline"]["raw_workflow_prompt_rate"] == 1.0 and agg["baseline"]["skill_prompt_rate"] == 0.0
     assert agg["skill_user"]["raw_workflow_prompt_rate"] == 0.0 == agg["skill_developer"]["raw_workflow_prompt_rate"]
+    for arm in ("skill_user", "skill_developer"):  # the rule injects some, never a wrong one, and says how many not
+        assert agg[arm]["skill_prompt_rate"] > 0 and agg[arm]["wrong_skill_rate"] == 0.0
+        assert agg[arm]["target_skill_rate"] == agg[arm]["skill_prompt_rate"]
+        without = sum(1 for r in result.results if r.arm == arm and not r.skills_in_prompt)
+        assert f"{arm}: no skill injected for {without}/6 request(s)" in result.notes
+    dev = agg["skill_developer"]
     assert (
-        agg["skill_developer"]["developer_message_rate"] == 1.0 and agg["skill_user"]["developer_message_rate"] == 0.0
+        dev["developer_message_rate"] == dev["skill_prompt_rate"] and agg["skill_user"]["developer_message_rate"] == 0
     )
-    for arm in ("skill_user", "skill_developer"):
-        assert agg[arm]["workflow_accuracy"] >= agg["baseline"]["workflow_accuracy"]
-        assert agg[arm]["target_skill_rate"] == 1.0
+    # Per case: with a skill the procedure is right; without one (and no raw workflow) the arm is no memory.
+    by = {(r.arm, r.case_id): r for r in result.results}
+    for r in result.results:
+        if r.arm in ("skill_user", "skill_developer"):
+            if r.skills_in_prompt:
+                assert r.workflow_correct and r.procedure_source.startswith("skill:")
+            else:
+                assert r.observed_hash == by[("no_memory", r.case_id)].observed_hash and r.procedure_source == "default"
     assert agg["no_memory"]["workflow_accuracy"] < agg["baseline"]["workflow_accuracy"]
     assert all(r.prompt_tokens > 0 and r.llm_calls >= 1 for r in result.results)
     d = result.deltas()
-    assert d["skill_developer"]["developer_message_rate"].estimate == 1.0
     assert d["no_memory"]["workflow_accuracy"].high < 0  # the naive default is reliably worse
+    # Better / equal / worse per case, next to the deltas: consistent with the rows.
+    out = result.outcomes()
+    assert set(out) == {"baseline", "no_memory"} and set(out["no_memory"]) == {"skill_user", "skill_developer"}
+    for arm, per in out["baseline"].items():
+        task = per["task_accuracy"]
+        rows = [r for r in result.case_rows() if r["arm"] == arm]
+        assert task["pairs"] == 6 == task["better"] + task["equal"] + task["worse"]
+        assert task["worse"] == sum(r["vs_baseline"] == "worse" for r in rows)
+        assert task["regression_rate"] == task["worse"] / 6
+    for arm in ("skill_user", "skill_developer"):
+        assert out["baseline"][arm]["task_accuracy"]["worse"] == 6 * (1 - agg[arm]["skill_prompt_rate"])
+        assert out["no_memory"][arm]["task_accuracy"]["worse"] == 0
+    assert out["baseline"]["no_memory"]["task_accuracy"]["regression_rate"] == 1.0
     summary = json.loads(json.dumps(result.summary()))
-    assert summary["all_checks_passed"] and summary["label"] == OFFLINE_LABEL
+    assert summary["all_checks_passed"] and summary["label"] == OFFLINE_LABEL and summary["outcomes"] == out
     assert len({s["sha256"] for s in summary["skills"]}) == len(summary["skills"]) == 3
+
+
+def test_outcome_counts_and_the_developer_invariant_without_injection() -> None:
+    from skillflow.lab.evaluation.metrics import case_outcomes, verdict
+
+    assert verdict(1, 0) == "better" and verdict(0, 1) == "worse" and verdict(1, 1) == "equal"
+    assert verdict(100, 200, higher_is_better=False) == "better"
+    base, treated = _case("baseline", raw=3), _case("skill_user")
+    worse = CaseResult(**{**treated.__dict__, "case_id": "c2", "observed_hash": "other"})
+    rows = [base, CaseResult(**{**base.__dict__, "case_id": "c2"}), treated, worse]
+    task = case_outcomes(rows, "baseline")["skill_user"]["task_accuracy"]
+    assert (task.better, task.equal, task.worse, task.regression_rate) == (0, 1, 1, 0.5)
+    with pytest.raises(ValueError, match="same requests"):
+        case_outcomes([*rows, _case("skill_user", case="c3")], "baseline")
+    # A developer arm whose rule injected nothing carries no developer message: that is not a violation.
+    quiet = CaseResult(**{**_case("skill_developer").__dict__, "skills_in_prompt": 0})
+    check = only_developer_arm_has_developer_message([_case("baseline"), _case("skill_user"), quiet])
+    assert check.passed and "abstained" in check.detail
+
+
+def test_held_out_phrasings_at_the_production_configuration_are_reported_not_hidden(tmp_path: Path) -> None:
+    settings = load_eval_settings(intents=("refund_order",), cases=2, training_runs=120)
+    result = run_evaluation(settings, embedder=HashingEmbedder(), workdir=tmp_path)
+    assert all(c.passed for c in result.checks)
+    assert "cases phrased with templates the training traffic never used" in result.notes
+    for arm in ("skill_user", "skill_developer"):
+        rows = [r for r in result.results if r.arm == arm]
+        without = sum(1 for r in rows if not r.skills_in_prompt)
+        assert f"{arm}: no skill injected for {without}/2 request(s)" in " ".join(result.notes)
+        assert all(r.raw_workflows_in_prompt == 0 == r.retrieved_workflows for r in rows)
 
 
 def test_tampered_skill_body_is_detected_read_back_from_the_databases(

@@ -31,7 +31,10 @@ def _norm(value: Any, skill_ids: dict[str, str]) -> Any:
     if isinstance(value, datetime):
         return "<time>"
     if isinstance(value, dict):
-        return {k: _norm(v, skill_ids) for k, v in sorted(value.items()) if k not in VOLATILE}
+        out = {k: _norm(v, skill_ids) for k, v in sorted(value.items()) if k not in VOLATILE}
+        if isinstance(out.get("recent_evaluations"), list):  # newest first by evaluation time: a wall-clock order
+            out["recent_evaluations"].sort(key=lambda e: json.dumps(e, sort_keys=True, default=str))
+        return out
     if isinstance(value, list | tuple):
         return [_norm(v, skill_ids) for v in value]
     return value

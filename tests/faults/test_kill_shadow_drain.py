@@ -27,11 +27,12 @@ import pytest
 from sqlalchemy import Engine, func, select, update
 
 from skillflow.kernel.models import Step, utcnow
+from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.lifecycle.shadow import drain_shadow_evaluations
 from skillflow.storage import outbox
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
-from skillflow.storage.schema import shadow_observations, workflow_memory
+from skillflow.storage.schema import shadow_observations, skillbox, workflow_memory
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, ROOT, _pg_engine
 from tests.faults.dbdump import dump
 from tests.faults.shadow_kill_worker import BATCH_SIZE
@@ -47,7 +48,7 @@ QUERIES = [
     "what is the weather in Paris",  # no candidate: too far from the skill
     "cancel my booking, plans changed",
 ]
-RUNS = 12  # three batches of BATCH_SIZE
+RUNS = 11  # with the source run: 12 pending rows, three batches of BATCH_SIZE
 POINTS = [("claim", 2), ("evaluate", 2), ("commit", 2), ("reconcile", 3)]
 
 
@@ -147,9 +148,7 @@ def test_shadow_drain_killed_mid_batch_then_rerun_loses_and_duplicates_nothing(
     _kill(killed.url.render_as_string(hide_password=False), point, batch)
     with killed.connect() as conn:
         pending = outbox.pending_count(conn)
-        claimed = conn.execute(
-            select(func.count()).where(workflow_memory.c.shadow_claimed_at.is_not(None))
-        ).scalar()
+        claimed = conn.execute(select(func.count()).where(workflow_memory.c.shadow_claimed_at.is_not(None))).scalar()
     assert pending > 0 if point != "reconcile" else pending == 0  # the killed batch is still in the outbox
     _drain(killed)
     if killed.dialect.name == "sqlite" and point != "reconcile":
@@ -166,5 +165,31 @@ def test_shadow_drain_killed_mid_batch_then_rerun_loses_and_duplicates_nothing(
         _drain(killed)
     assert _assert_exactly_once(killed, ids) == records
     got, want = dump(killed), dump(clean)
+    if point == "reconcile":  # the skill's stats["shadow"] cache is stale: see the xfail test below
+        assert _readiness(killed) == _readiness(clean)  # what decisions read (from the index) is right
+        for rows in (got["skillbox"], want["skillbox"]):
+            for row in rows:
+                row["stats"] = {k: v for k, v in (row["stats"] or {}).items() if k != "shadow"}
     for table in want:
         assert got[table] == want[table], table
+
+
+def _readiness(engine: Engine) -> dict[str, object]:
+    with engine.connect() as conn:
+        [skill_id] = conn.execute(select(skillbox.c.id)).scalars()
+        return get_shadow_readiness(conn, skill_id, config())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found, not fixed: a drain killed after committing its last batch, before reconciling, leaves the "
+    "skill's stats['shadow'] cache behind the index until the skill's next evaluation (docs/RELIABILITY.md)",
+)
+def test_stats_cache_caught_up_after_a_kill_before_reconcile(tmp_path: Path) -> None:
+    clean, killed = make_engine(f"sqlite:///{tmp_path / 'c.db'}"), make_engine(f"sqlite:///{tmp_path / 'k.db'}")
+    _seed(clean)
+    _drain(clean)
+    _seed(killed)
+    _kill(killed.url.render_as_string(hide_password=False), "reconcile", 3)
+    _drain(killed)
+    assert dump(killed)["skillbox"] == dump(clean)["skillbox"]

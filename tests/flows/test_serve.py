@@ -51,9 +51,26 @@ def test_deployments_are_created_with_schedules_and_parameters(prefect_api: str,
                 assert "skillflow" in dep.tags
     by_name = {deployment_name(s): f for s, f in available_flows()}
     assert set(by_name) == {
-        "promotion-cycle", "distill-class", "shadow-evaluation", "activation-review", "drift-demotion",
-        "data-quality", "backfill-canonical-hashes",
+        "promotion-cycle", "promotion-partitions", "distill-class", "shadow-evaluation", "activation-review",
+        "drift-demotion", "data-quality", "backfill-canonical-hashes",
     }  # fmt: skip
+    with temporary_settings({PREFECT_API_URL: prefect_api}), get_client(sync_client=True) as client:
+        cycle = client.read_deployment_by_name("promotion-cycle/promotion-cycle")
+        assert cycle.global_concurrency_limit is not None and cycle.global_concurrency_limit.limit == 1
+        assert cycle.concurrency_options is not None and cycle.concurrency_options.collision_strategy == "CANCEL_NEW"
+        assert client.read_deployment_by_name("drift-demotion/drift-demotion").global_concurrency_limit is None
+
+
+def test_pool_deployments_add_the_fan_out_children() -> None:
+    from flows.serve import deployment_specs
+
+    served = {s.name for s in deployment_specs("sqlite:///x.db")}
+    pooled = {s.name: s for s in deployment_specs("sqlite:///x.db", children=True)}
+    assert set(pooled) - served == {"drift-partitions", "shadow-drain"}
+    assert {n for n, s in pooled.items() if s.compute} == {
+        "promotion-partitions", "drift-partitions", "shadow-drain", "distill-class",
+    }  # fmt: skip
+    assert pooled["shadow-drain"].cron is None and pooled["shadow-drain"].stem == "shadow_evaluation"
 
 
 def test_default_parameters_leave_required_fields_to_the_form(tmp_path: Path) -> None:

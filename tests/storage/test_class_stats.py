@@ -36,7 +36,14 @@ run_op = st.tuples(
     st.sampled_from(HASHES),
     st.sampled_from(OUTCOMES),
     st.one_of(st.none(), st.sampled_from(["q1", "q2", "q3"])),
-    st.integers(0, 200),  # minutes after T0: any order, so many runs are backdated
+    st.integers(0, 30),  # minutes after T0: any order, so many runs are backdated
+)
+retire_op = st.tuples(
+    st.just("retire"),
+    st.sampled_from(TENANTS),
+    st.sampled_from(HASHES),
+    st.integers(0, 30),
+    st.sampled_from(["demoted", "deprecated"]),
 )
 op = st.one_of(
     run_op,
@@ -44,8 +51,8 @@ op = st.one_of(
     run_op,
     st.tuples(st.just("fold"), st.sampled_from([None, *TENANTS])),
     st.tuples(st.just("fold"), st.just(None)),
-    st.tuples(st.just("retire"), st.sampled_from(TENANTS), st.sampled_from(HASHES), st.integers(0, 200),
-              st.sampled_from(["demoted", "deprecated"])),  # fmt: skip
+    retire_op,
+    retire_op,
     st.tuples(st.just("unretire"), st.sampled_from(["reactivate", "delete"])),
     st.tuples(st.just("stamp"), st.sampled_from(TENANTS), st.sampled_from(HASHES)),
     st.tuples(st.just("unstamp")),
@@ -84,7 +91,7 @@ def _skill(conn: Any, tenant: tuple[str, str], h: str, status: str, demoted_at: 
     sid = f"s{next(_ids)}"
     version = 1 + int(
         conn.execute(
-            select(func.count()).where(
+            select(func.max(skillbox.c.version)).where(
                 skillbox.c.agent_id == tenant[0], skillbox.c.user_id == tenant[1], skillbox.c.canonical_hash == h
             )
         ).scalar()
@@ -203,6 +210,21 @@ def test_a_demotion_after_the_fold_resets_the_counts(engine: Engine) -> None:
     assert (s.executions, s.distinct_queries, s.since) == (2, 2, T0 + timedelta(minutes=2, seconds=30))
     with engine.connect() as conn:
         assert partition_stats(engine, *TENANTS[0]) == aggregate_classes(conn, *TENANTS[0])
+
+
+def test_a_later_demotion_moves_since_forward(engine: Engine) -> None:
+    """A second demotion of a class already folded with a ``since``: only runs after the newer one count."""
+    _reset(engine)
+    h = HASHES[0]
+    with engine.begin() as conn:
+        for m in range(1, 6):
+            _run(conn, TENANTS[0], h, "success", "q1", m)
+        _skill(conn, TENANTS[0], h, "demoted", T0 + timedelta(minutes=2))
+    fold(engine)
+    with engine.begin() as conn:
+        _skill(conn, TENANTS[0], h, "deprecated", T0 + timedelta(minutes=4))
+    [s] = partition_stats(engine, *TENANTS[0])
+    assert (s.executions, s.since) == (1, T0 + timedelta(minutes=4))
 
 
 def test_deleted_runs_leave_the_statistics(engine: Engine) -> None:

@@ -96,10 +96,17 @@ def payment_accepted(workflow: Any) -> bool:
     )
 
 
+# The maintained class statistics (docs/guide/aggregate.md) are folded, in their own transaction, before the
+# gates read them: a crash later in the cycle leaves them folded, which is right (a cache of the runs, not a
+# decision). tests/storage/test_class_stats.py proves a dry run leaves them untouched.
+DERIVED = frozenset({"class_stats", "class_fingerprints", "class_stats_state"})
+
+
 def counts(engine: Engine) -> dict[str, int]:
-    """Row count of every table (to prove a dry run or a crashed store wrote nothing)."""
+    """Row count of every table but the derived statistics (to prove a dry run or a crashed store wrote nothing)."""
     with engine.connect() as conn:
         return {
             name: int(conn.execute(select(func.count()).select_from(t)).scalar() or 0)
             for name, t in metadata.tables.items()
+            if name not in DERIVED
         }

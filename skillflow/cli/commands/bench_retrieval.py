@@ -51,6 +51,10 @@ def bench_retrieval(
         typer.Option("--tau-bench", help="τ-bench airline JSON for the applicability section ('' skips it)."),
     ] = "/work/shared/corpora/tau-bench/gpt-4o-airline.json",
     prepare_probes: Annotated[int, typer.Option("--prepare-probes", min=0, help="Timed prepare() calls.")] = 60,
+    sets: Annotated[
+        bool,
+        typer.Option("--applicability-sets/--no-applicability-sets", help="Fitted rule on the bank and simulator."),
+    ] = True,
     json: JsonOption = False,
 ) -> None:
     """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
@@ -76,9 +80,11 @@ def bench_retrieval(
         filler=filler,
     )
     app_result, prepare_ms = _applicability(tau_bench, embedder, threshold, prepare_probes, say)
+    more = _applicability_sets(embedder, threshold, say) if sets else {}
     if json:
         doc = result.as_dict()
         doc["applicability"] = app_result.as_dict() if app_result else None
+        doc["applicability_sets"] = {k: v.as_dict() for k, v in more.items()}
         doc["prepare_ms"] = prepare_ms
         print_json(doc)
         return
@@ -104,7 +110,21 @@ def bench_retrieval(
             f"{p.wrong_skill_rate:.3f}", f"{p.miss_rate:.3f}", oop,
         )  # fmt: skip
     console.print(prec)
+    for extra in more.values():
+        _print_applicability(extra, None)
     _print_applicability(app_result, prepare_ms)
+
+
+def _applicability_sets(embedder_name: str, threshold: float, say: Callable[[str], None]) -> dict[str, Any]:
+    """The fitted rule on the bench bank and on the simulator (docs/BENCHMARKS.md, "## Applicability")."""
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.kernel.config import load_promotion_config
+    from skillflow.lab.bench.applicability_sets import run_bank, run_simulator
+    from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+
+    emb = CachedEmbedder(get_embedder(embedder_name))
+    config = load_promotion_config()
+    return {"bank": run_bank(emb, config, threshold, say), "simulator": run_simulator(emb, config, threshold, say)}
 
 
 def _applicability(
@@ -133,7 +153,8 @@ def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> No
     if result is None:
         console.print("[yellow]τ-bench applicability skipped (corpus file not found)[/yellow]")
         return
-    table = Table(title=f"{result.corpus}: {result.segments} segments, {result.folds}-fold CV grouped by task")
+    grouped = "" if "grouped by" in result.corpus or "rounds" in result.corpus else ", grouped by task"
+    table = Table(title=f"{result.corpus}: {result.segments} segments, {result.folds} folds{grouped}")
     for col in ("rule", "level", "hit@1", "wrong", "miss", "false-injection", "P / N"):
         table.add_column(col, justify="right")
     names = {

@@ -1,5 +1,5 @@
-"""``skillflow eval``: the three-arm evaluation (baseline raw workflows vs the reviewed skill at user and
-developer authority) from the terminal."""
+"""``skillflow eval``: the evaluation (baseline raw workflows vs the reviewed skill at user and developer
+authority vs no memory, skills selected by the production rule) from the terminal."""
 
 from __future__ import annotations
 
@@ -58,6 +58,20 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
             cells.append(f"{_fmt(metric, iv['estimate'])} [{_fmt(metric, iv['low'])}, {_fmt(metric, iv['high'])}]")
         delta.add_row(metric, *cells)
     console.print(delta)
+    for ref, per_arm in summary.get("outcomes", {}).items():
+        out = Table(title=f"Per case vs {ref}: better / equal / worse (regression rate = worse / pairs)")
+        out.add_column("arm")
+        for metric in summary["compared"]:
+            out.add_column(metric, justify="right")
+        for arm, per in per_arm.items():
+            out.add_row(
+                arm,
+                *(
+                    f"{o['better']} / {o['equal']} / {o['worse']}  ({o['regression_rate']:.2f})"
+                    for o in (per[m] for m in summary["compared"])
+                ),
+            )
+        console.print(out)
     checks = Table(title="Harness invariants")
     checks.add_column("check")
     checks.add_column("result")
@@ -67,7 +81,9 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
     console.print(checks)
     if show_cases:
         per_case = Table(title="Per case")
-        for col in ("arm", "case", "repeat", "procedure from", "workflow", "answer", "tokens", "raw wf", "dev msg"):
+        cols = ("arm", "case", "repeat", "procedure from", "skill", "workflow", "answer", "tokens", "raw wf", "dev msg")
+        cols += ("vs baseline", "vs no_memory")
+        for col in cols:
             per_case.add_column(col)
         for r in cases:
             per_case.add_row(
@@ -75,11 +91,14 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
                 r["case_id"],
                 str(r["repeat"]),
                 r["procedure_source"],
+                "right" if r["target_skill_in_prompt"] else "wrong" if r["skills_in_prompt"] else "none",
                 "ok" if r["workflow_accuracy"] else "miss",
                 "ok" if r["answer_accuracy"] else "miss",
                 f"{r['total_tokens']:.0f}",
                 str(r["raw_workflows_in_prompt"]),
                 "yes" if r["developer_message"] else "",
+                r["vs_baseline"] or "",
+                r["vs_no_memory"] or "",
             )
         console.print(per_case)
 
@@ -95,7 +114,13 @@ def eval_cmd(
     cases: Annotated[int | None, typer.Option("--cases", min=1, max=50, help="Held-out requests per intent.")] = None,
     min_similarity: Annotated[
         float | None,
-        typer.Option("--min-similarity", help="Skill retrieval threshold in the arms (eval default 0.0; prod 0.70)."),
+        typer.Option(
+            "--min-similarity", help="Lower bound of the arms' fitted rule (default: production's 0.70; not a bypass)."
+        ),
+    ] = None,
+    phrasing: Annotated[
+        Literal["held_out", "seen"] | None,
+        typer.Option("--phrasing", help="held_out (default): templates training never used; seen: its own."),
     ] = None,
     embedder: Annotated[
         Literal["minilm", "hashing", "openai"] | None,
@@ -117,6 +142,7 @@ def eval_cmd(
             "cases": cases,
             "min_similarity": min_similarity,
             "embedder": embedder,
+            "phrasing": phrasing,
         }.items()
         if v is not None
     }

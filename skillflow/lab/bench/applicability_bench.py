@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,17 @@ def _embed_views(emb: Embedder, texts: dict[str, list[str]]) -> dict[str, np.nda
     return {v: emb.embed([t or " " for t in ts]) for v, ts in texts.items()}
 
 
+Split = tuple[list[int], list[int], list[LiveSkill]]  # (history indices, probe indices, live skills)
+
+
+def task_folds(segs: Sequence[Seg], config: PromotionConfig, folds: int, seed: int) -> Iterable[Split]:
+    """Outer CV grouped by ``Seg.task`` (a task, or a template family); live skills = the gated train classes."""
+    for test in folds_by_group([s.task for s in segs], folds, seed):
+        held = set(test)
+        train = [i for i in range(len(segs)) if i not in held]
+        yield train, test, gated_skills([segs[i] for i in train], config)
+
+
 def evaluate(
     segs: Sequence[Seg],
     embedder: Embedder,
@@ -156,8 +167,10 @@ def evaluate(
     folds: int = 5,
     seed: int = 0,
     progress: Callable[[str], None] = lambda _: None,
+    splits: Iterable[Split] | None = None,
+    corpus: str = "tau-bench airline (gpt-4o)",
 ) -> AppResult:
-    """Outer CV grouped by task; see the module docstring."""
+    """Outer CV grouped by task (or the given ``splits``); see the module docstring."""
     t0 = time.perf_counter()
     hist = _embed_views(embedder, {v: [view_text(s.span, v, redact_query) for s in segs] for v in VIEWS})
     probe = _embed_views(embedder, {v: [view_text(s.so_far, v, redact_query) for s in segs] for v in VIEWS})
@@ -168,10 +181,8 @@ def evaluate(
     budget = Budget(
         config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
     )
-    for k, test in enumerate(folds_by_group([s.task for s in segs], folds, seed)):
-        held = set(test)
-        train = [i for i in range(len(segs)) if i not in held]
-        skills = gated_skills([segs[i] for i in train], config)
+    plan = list(splits) if splits is not None else list(task_folds(segs, config, folds, seed))
+    for k, (train, test, skills) in enumerate(plan):
         examples = [
             Example(
                 segs[i].conversation,
@@ -212,7 +223,7 @@ def evaluate(
         row, lvl = key.split("/")
         rows_out.setdefault(row, {})[lvl] = t.rates()
     ms = sorted(times) or [0.0]
-    return AppResult("tau-bench airline (gpt-4o)", len(segs), folds, threshold, rows_out, fitted,
+    return AppResult(corpus, len(segs), len(plan), threshold, rows_out, fitted,
                      ms[len(ms) // 2], ms[int(0.95 * (len(ms) - 1))], time.perf_counter() - t0)  # fmt: skip
 
 

@@ -42,6 +42,9 @@ class EvalSettings(BaseSettings):
         le=1.0,
         description="Lower bound of the arms' fitted rule (default: production's retrieval_min_similarity)",
     )
+    phrasing: Literal["held_out", "seen"] = Field(
+        "held_out", description="Cases phrased with templates the training never used, or with its own"
+    )
     baseline_workflows: int = Field(3, ge=1, le=10, description="Raw workflows replayed into the baseline")
     include_no_memory: bool = Field(True, description="Also run the no-memory arm")
     embedder: Literal["minilm", "hashing", "openai"] | None = Field(

@@ -262,7 +262,7 @@ def run_evaluation(
     model = model or make_model(settings)
     embedder = embedder or get_embedder(settings.embedder or get_settings().embedder)
     began = time.perf_counter()
-    cases = build_cases(settings.intents, settings.cases, settings.case_seed)
+    cases = build_cases(settings.intents, settings.cases, settings.case_seed, settings.phrasing)
     with tempfile.TemporaryDirectory(prefix="skillflow-eval-") as tmp:
         base = Path(workdir) if workdir is not None else Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
@@ -344,6 +344,9 @@ def _notes(
             else f" (lower bound {bound:.2f} — NOT production's {production:.2f})"
         ),
         f"applicability embedder: {embedder.model_id}",
+        "cases phrased with templates the training traffic never used"
+        if settings.phrasing == "held_out"
+        else "cases phrased with the training traffic's own templates (new worlds and ids)",
         "baseline = the best case for raw workflows: successful runs of the request's target class only",
     ]
     for arm in (SKILL_USER, SKILL_DEVELOPER):
@@ -352,7 +355,7 @@ def _notes(
         without = sum(1 for r in rows if not r.skills_in_prompt)
         if rows:
             notes.append(
-                f"{arm}: no skill injected for {without}/{len(rows)} held-out request(s)"
+                f"{arm}: no skill injected for {without}/{len(rows)} request(s)"
                 + ("" if rule.get("injects", True) else f" (the fitted rule injects nothing: {rule.get('reason')})")
             )
     if settings.provider == "offline":

@@ -13,6 +13,7 @@ from skillflow.lab.simulator.agent import (
     business_outcome,
     simulate_runs,
 )
+from skillflow.lab.simulator.conversations import conversation_messages, simulate_conversations
 from skillflow.lab.simulator.domain import Tools
 from skillflow.lab.simulator.procedures import PROCEDURES, Procedure, good_procedure, procedures_for
 from skillflow.lab.simulator.scenarios import INTENTS, Execution, Task, execute, held_out_requests, new_task
@@ -30,10 +31,12 @@ __all__ = [
     "Task",
     "Tools",
     "business_outcome",
+    "conversation_messages",
     "execute",
     "good_procedure",
     "held_out_requests",
     "new_task",
     "procedures_for",
+    "simulate_conversations",
     "simulate_runs",
 ]

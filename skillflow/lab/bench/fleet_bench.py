@@ -1,0 +1,131 @@
+"""The whole promotion cycle on a local process work pool: one worker against two, same database and data.
+
+``measure_fleet(url)`` starts a local fleet (``skillflow.lab.fleet.LocalFleet``: ``prefect server``,
+``skillflow deploy``, one control worker, two compute workers with ``--limit 1``), runs one warm-up cycle
+for a single tenant, then the whole cycle with two compute workers, stops one worker and runs it again.
+Both measured cycles are dry runs with the same ``chunks``, so they do the same work on the same rows
+(aggregation, gates, evidence, distillation, validation; nothing is stored, so the second run is not
+cheaper than the first). ``skillflow bench scale`` calls it; ``python -m skillflow.lab.bench.fleet_bench
+--db URL [--rows N --tenants N --classes N]`` seeds a database and runs it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from skillflow.lab.fleet import LocalFleet
+
+OFFLINE_ENV = {"SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline", "SKILLFLOW_EMBEDDER": "hashing"}
+OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
+
+
+@dataclass
+class FleetBenchResult:
+    """Wall times of one cycle on one and on two compute workers, and their ratio (same run, same data)."""
+
+    partitions: int
+    chunks: int
+    one_worker_s: float
+    two_workers_s: float
+    speedup: float
+    setup: dict[str, float] = field(default_factory=dict)
+
+
+def _cycle(url: str, chunks: int, timeout: float, **scope: str) -> float:
+    """Start ``promotion-cycle`` (dry run, forced), wait for it to complete; its wall time in seconds."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    params = {"database_url": url, "force": True, "dry_run": True, "chunks": chunks, "config_overrides": OVERRIDES}
+    started = time.monotonic()
+    run: Any = run_deployment("promotion-cycle/promotion-cycle", parameters={"params": {**params, **scope}}, timeout=0)
+    with get_client(sync_client=True) as client:
+        while True:
+            run = client.read_flow_run(run.id)
+            if run.state.is_final() or time.monotonic() - started > timeout:
+                break
+            time.sleep(0.5)
+    elapsed = time.monotonic() - started
+    if not run.state.is_completed():
+        raise RuntimeError(f"promotion-cycle ended {run.state.type.value}: {run.state.message}")
+    return elapsed
+
+
+def _partitions(url: str) -> list[tuple[str, str]]:
+    from skillflow.storage.aggregate import partitions
+    from skillflow.storage.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return partitions(conn, None, None)
+    finally:
+        engine.dispose()
+
+
+def measure_fleet(
+    database_url: str,
+    *,
+    chunks: int = 2,
+    home: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600.0,
+) -> FleetBenchResult:
+    """Wall time of the whole cycle with two compute workers, then with one; ``speedup`` = one / two."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    parts = _partitions(database_url)
+    if not parts:
+        raise ValueError("the database has no partitions: seed it first")
+    with tempfile.TemporaryDirectory(prefix="skillflow-fleet-") as tmp:
+        fleet = LocalFleet(home or Path(tmp) / "prefect", env={**OFFLINE_ENV, **(env or {})})
+        with fleet:
+            fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", database_url, "--json")
+            fleet.start_workers("ctl", 1, limit=None)
+            fleet.start_workers("compute", 2, limit=1)
+            settings = {PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}
+            with temporary_settings(settings):
+                agent, user = parts[0]
+                _cycle(database_url, 1, timeout, agent_id=agent, user_id=user)  # warm-up: imports, caches
+                two = _cycle(database_url, chunks, timeout)
+                fleet.stop_workers("compute", keep=1)
+                one = _cycle(database_url, chunks, timeout)
+            setup = dict(fleet.timings)
+    return FleetBenchResult(
+        partitions=len(parts),
+        chunks=chunks,
+        one_worker_s=round(one, 2),
+        two_workers_s=round(two, 2),
+        speedup=round(one / two, 2),
+        setup=setup,
+    )
+
+
+def main() -> None:  # pragma: no cover - a manual entry point
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True, help="SQLAlchemy URL (PostgreSQL for a real fleet)")
+    parser.add_argument("--rows", type=int, default=0, help="Seed this many runs first (0: use the data as is)")
+    parser.add_argument("--tenants", type=int, default=200)
+    parser.add_argument("--classes", type=int, default=5)
+    parser.add_argument("--chunks", type=int, default=2)
+    args = parser.parse_args()
+    if args.rows:
+        from skillflow.lab.bench.cycle_bench import generate
+        from skillflow.storage.engine import make_engine
+        from skillflow.storage.migrations import migrate
+
+        engine = make_engine(args.db)
+        migrate(engine)
+        generate(engine, args.rows, args.tenants, args.classes)
+        engine.dispose()
+    print(json.dumps(asdict(measure_fleet(args.db, chunks=args.chunks)), indent=1))
+
+
+if __name__ == "__main__":
+    main()
