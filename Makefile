@@ -52,7 +52,9 @@ ui: install
 serve: install
 	PREFECT_LOGGING_LEVEL=INFO PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
 
+# Headless-Chromium tour of the Prefect UI into screenshots/ui-check/ (needs: apt-get install -y chromium).
 ui-check: install-dev
+	@command -v chromium >/dev/null || { echo "ui-check needs Chromium: apt-get update && apt-get install -y chromium"; exit 1; }
 	$(PY) -m skillflow.cli.uicheck
 
 bench: install

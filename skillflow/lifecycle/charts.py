@@ -166,8 +166,8 @@ def _plot_days(ax: Any, series: list[DailyRate]) -> None:
     days = [p.day for p in series]
     ax.plot(days, [p.rate for p in series], marker="o")
     ax.set_xlim(min(days) - timedelta(days=1), max(days) + timedelta(days=1))
-    ax.xaxis.set_major_locator(AutoDateLocator(minticks=2, maxticks=8))
-    ax.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))
+    ax.xaxis.set_major_locator(AutoDateLocator(minticks=2, maxticks=8))  # type: ignore[no-untyped-call]
+    ax.xaxis.set_major_formatter(DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
 
 
 def data_uri(png: bytes) -> str:

@@ -326,22 +326,23 @@ def recent_evaluations(conn: Connection, skill_id: str, window: int) -> list[dic
     ]
 
 
-def reconcile(engine: Engine, skill_ids: Iterable[str], config: PromotionConfig) -> int:
-    """Recompute ``stats["shadow"]`` of the skills from the index, one short locked transaction each."""
+def reconcile(conn: Connection, skill_ids: Iterable[str], config: PromotionConfig) -> int:
+    """Recompute ``stats["shadow"]`` of the skills from the index, inside the batch's own transaction.
+
+    Reconciling where the records are persisted means a crash can never leave the cache behind the index
+    (docs/RELIABILITY.md). The first statement per skill writes, so it takes the row lock (PostgreSQL,
+    Oracle) or the write lock (SQLite): concurrent drains serialize on a skill in sorted order, and the
+    later one sees every record the earlier one committed.
+    """
     count = 0
     for skill_id in sorted(set(skill_ids)):
-        with engine.begin() as conn:
-            # The first statement writes: it takes the row lock (PostgreSQL/Oracle) or the write lock
-            # (SQLite), so concurrent reconcilers serialize and the last one sees every committed record.
-            locked = conn.execute(
-                update(skillbox).where(skillbox.c.id == skill_id).values(updated_at=utcnow())
-            ).rowcount
-            if not locked:
-                continue
-            figures = shadow_aggregates(conn, [skill_id]).get(skill_id) or empty_shadow_stats()
-            figures["recent_evaluations"] = recent_evaluations(conn, skill_id, config.shadow_evaluation_recent_window)
-            update_stats(conn, skill_id, {"shadow": figures})
-            count += 1
+        locked = conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(updated_at=utcnow())).rowcount
+        if not locked:
+            continue
+        figures = shadow_aggregates(conn, [skill_id]).get(skill_id) or empty_shadow_stats()
+        figures["recent_evaluations"] = recent_evaluations(conn, skill_id, config.shadow_evaluation_recent_window)
+        update_stats(conn, skill_id, {"shadow": figures})
+        count += 1
     return count
 
 
@@ -382,14 +383,14 @@ def drain_batch(
             new, failed = evaluate_batch(conn, runs, config, embedder)
         report.failed, report.failed_ids = len(failed), failed
         return _counted(report, runs, new)
-    touched = _claim_and_persist(engine, config, embedder, batch_size, exclude, report)
-    report.skills_reconciled = reconcile(engine, touched, config)
+    report.skills_reconciled = _claim_and_persist(engine, config, embedder, batch_size, exclude, report)
     return report
 
 
 def _claim_and_persist(
     engine: Engine, config: PromotionConfig, embedder: Embedder, n: int, exclude: set[str], report: DrainReport
-) -> set[str]:
+) -> int:
+    """Claim, evaluate, persist and reconcile one batch; returns how many skills were reconciled."""
     ids: list[str] = []
     try:
         with engine.begin() as conn:
@@ -397,18 +398,18 @@ def _claim_and_persist(
                 runs = outbox.lock_batch(conn, n, exclude)
                 ids = [r.id for r in runs]
                 new, failed = evaluate_batch(conn, runs, config, embedder)
-                touched = persist(conn, runs, new)
+                reconciled = reconcile(conn, persist(conn, runs, new), config)
                 _finish(report, runs, new, failed, exclude)
-                return touched
+                return reconciled
             ids = outbox.claim_batch(conn, n, exclude=exclude)
         with engine.connect() as conn:
             runs = outbox.read_runs(conn, ids)
             new, failed = evaluate_batch(conn, runs, config, embedder)
         with engine.begin() as conn:
-            touched = persist(conn, runs, new)
+            reconciled = reconcile(conn, persist(conn, runs, new), config)
             outbox.release(conn, failed)
         _finish(report, runs, new, failed, exclude)
-        return touched
+        return reconciled
     except Exception as exc:  # noqa: BLE001 - re-raised sanitized: SQL parameters would carry raw queries
         transient = isinstance(exc, OperationalError | TimeoutError | ConnectionError)
         log.error("shadow batch of %d runs failed: %s", len(ids), type(exc).__name__)

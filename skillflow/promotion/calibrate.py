@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import IntegrityError
 
 from skillflow.injection.applicability import fingerprint, intent_of, live_skills, parse_sequence, save_rule
 from skillflow.injection.calibration import NEVER, Budget, Example, Rule, fit
@@ -114,8 +115,16 @@ def calibrate(
     )
     rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
     if not dry_run:
-        with engine.begin() as conn:
-            save_rule(conn, agent_id, user_id, fp, embedder.model_id, rule, cycle)
+        for attempt in (1, 2):
+            try:
+                with engine.begin() as conn:
+                    save_rule(conn, agent_id, user_id, fp, embedder.model_id, rule, cycle)
+                break
+            except IntegrityError:
+                # Two overlapping cycles (e.g. after a lease expired) replaced the tenant's rule at once:
+                # the other one's insert won; replace it again (the rules describe the same live skills).
+                if attempt == 2:
+                    raise
     log.info(
         "applicability %s/%s: injects=%s examples=%d skills=%d",
         agent_id,

@@ -211,19 +211,33 @@ def read_stats(
     return out, outdated
 
 
+def _current(conn: Connection, agent_id: str, user_id: str) -> bool:
+    """The partition's statistics hold every stored run: a recount ran and none of its runs is pending."""
+    if conn.execute(select(state.c.id).where(state.c.id == 1)).first() is None:
+        return False
+    wm = workflow_memory
+    pending = select(wm.c.id).where(wm.c.stats_pending.is_not(None), wm.c.agent_id == agent_id, wm.c.user_id == user_id)
+    return conn.execute(pending.limit(1)).first() is None
+
+
 def partition_stats(
     engine: Engine, agent_id: str, user_id: str, canonical_hash: str | None = None, *, write: bool = True
 ) -> list[ClassStats]:
     """The classes of one partition, as :func:`aggregate_classes` returns them, from the maintained statistics.
 
-    With ``write`` the partition's pending runs are folded first (cheap when none are); without it (a dry run)
-    the full aggregation answers, which writes nothing. A class outdated between the fold and the read is
-    aggregated on the spot.
+    With ``write`` the partition's pending runs are folded first (cheap when none are). Without it (a dry run,
+    which writes nothing) the statistics are read as they are when none of the partition's runs is pending, else
+    the full aggregation answers. A class outdated between the fold and the read is aggregated on the spot.
     """
-    if not write or engine.dialect.name not in ("sqlite", "postgresql"):
+    if engine.dialect.name not in ("sqlite", "postgresql"):
         with engine.connect() as conn:
             return aggregate_classes(conn, agent_id, user_id, canonical_hash=canonical_hash)
-    fold(engine, agent_id, user_id)
+    if not write:
+        with engine.connect() as conn:
+            if not _current(conn, agent_id, user_id):
+                return aggregate_classes(conn, agent_id, user_id, canonical_hash=canonical_hash)
+    else:
+        fold(engine, agent_id, user_id)
     with engine.connect() as conn:
         by_partition, outdated = read_stats(conn, [(agent_id, user_id)], canonical_hash)
         stats = by_partition.get((agent_id, user_id), [])

@@ -9,7 +9,8 @@ with the same ``timeout=None``) in batches of :data:`BATCH_SIZE`, and kills the 
   stamp committed, the rows not read yet), nothing evaluated;
 * ``evaluate``: the records are computed, nothing written;
 * ``commit``: the records and the outbox update are written but not committed;
-* ``reconcile``: the batch is committed, the skills' ``stats["shadow"]`` not yet reconciled.
+* ``reconcile``: the records are persisted in the open transaction, the skills' ``stats["shadow"]`` not yet
+  reconciled (reconciling is part of the batch's transaction, so this kill rolls the whole batch back).
 """
 
 from __future__ import annotations

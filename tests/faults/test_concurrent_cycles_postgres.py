@@ -22,18 +22,17 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from skillflow.kernel.models import LIVE_STATUSES
-from skillflow.promotion.cycle import LEASE_HELD, run_partition
+from skillflow.promotion.cycle import LEASE_HELD
 from skillflow.promotion.gates import COVERED
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import leases, partition_state, skill_events, skillbox, workflow_memory
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, ROOT, _pg_engine
-from tests.support.promotion import AGENT, agent, config, record_cancel, record_payment
+from tests.support.promotion import agent, record_cancel, record_payment
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.usefixtures("offline_providers")]
 
 ROUNDS = {"lease": 20, "expired lease": 10}
-CALIBRATION_COLLISION = "partition agent-a/u1: calibration failed: IntegrityError"
 OFFLINE = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
 
 
@@ -97,10 +96,9 @@ def _seed(engine: Engine) -> dict[str, str]:
 
 def _check_round(engine: Engine, hashes: dict[str, str], replies: list[dict[str, Any]]) -> str:
     """Assert the invariants of one round; returns how the two cycles ended."""
-    failed = [r for r in replies if "error" in r]
-    # Without the lease, two cycles can both reach calibration, whose delete + insert of the tenant's rule
-    # then collides (docs/RELIABILITY.md, "Found and not fixed"): that partition fails, nothing is lost.
-    assert all(r["detail"] == CALIBRATION_COLLISION for r in failed) and len(failed) < 2, replies
+    # Regression: without the lease both cycles reached calibration, whose delete + insert of the tenant's
+    # rule collided and failed one partition (2 of 10 rounds). The stage now retries a lost race.
+    assert [r for r in replies if "error" in r] == [], replies
     with engine.connect() as conn:
         live = conn.execute(
             select(skillbox.c.canonical_hash, skillbox.c.id).where(
@@ -124,11 +122,6 @@ def _check_round(engine: Engine, hashes: dict[str, str], replies: list[dict[str,
         assert created == Counter({sid: 1 for sid in skill_of.values()})
         assert conn.execute(select(func.count()).select_from(leases)).scalar() == 0  # every lease released
         cycles = conn.execute(select(partition_state.c.cycle_count)).scalar()
-    if failed:  # the other cycle finished; a re-run of the failed partition converges
-        rerun = run_partition(engine, AGENT, "u1", config(), flow_run_id=f"rerun-{uuid.uuid4().hex[:8]}")
-        assert rerun.partition_failed is None and not rerun.promoted
-        assert {(h, COVERED) for h in hashes.values()} <= set(rerun.skipped)
-        return "calibration collision, re-run converged"
     promoted = [sid for r in replies for sid in r["promoted"]]
     assert sorted(promoted) == sorted(skill_of.values())  # each skill promoted by exactly one of the two cycles
     for reply in replies:  # a class a cycle did not promote was covered (or the cycle waited for the lease)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from sqlalchemy import Engine, select
 
 from skillflow.injection.applicability import RULES, STALE, UNCALIBRATED
@@ -119,6 +120,30 @@ def test_the_rule_is_stored_with_its_fingerprint_and_applied(engine: Engine) -> 
     assert sf.prepare("book me a flight to paris", U).skill_ids == (ids["book"],)
     # Another tenant never sees this rule or these skills.
     assert sf.prepare("please cancel my reservation", "someone-else").skill_ids == ()
+
+
+def test_a_rule_replaced_by_an_overlapping_cycle_is_saved_again(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: two cycles past the lease both replaced the rule; one insert failed the whole partition."""
+    from sqlalchemy.exc import IntegrityError
+
+    from skillflow.promotion import calibrate as stage
+
+    sf, _ = setup(engine)
+    real, calls = stage.save_rule, []
+
+    def loses_the_race_once(conn: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the other cycle's insert committed between our delete and our insert
+            raise IntegrityError("INSERT INTO applicability_rules", {}, Exception("duplicate key"))
+        real(conn, *args)
+
+    monkeypatch.setattr(stage, "save_rule", loses_the_race_once)
+    assert fit_now(engine, sf)["injects"]
+    assert len(calls) == 2
+    with engine.connect() as conn:
+        assert conn.execute(select(applicability_rules.c.cycle).where(applicability_rules.c.agent_id == A)).all()
 
 
 def test_a_stale_rule_fails_safe_until_the_next_fit(engine: Engine) -> None:

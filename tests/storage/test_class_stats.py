@@ -145,7 +145,9 @@ def _apply(engine: Engine, step: tuple[Any, ...]) -> None:
             if conn.execute(live).first() is None:
                 stamp_class(conn, get_skill(conn, _skill(conn, step[1], step[2], "active", None)))
         elif kind == "unstamp":
-            sid = conn.execute(select(skillbox.c.id).where(skillbox.c.status == "active").order_by(skillbox.c.id)).scalar()
+            sid = conn.execute(
+                select(skillbox.c.id).where(skillbox.c.status == "active").order_by(skillbox.c.id)
+            ).scalar()
             if sid is not None:
                 unstamp(conn, get_skill(conn, sid))
                 conn.execute(update(skillbox).where(skillbox.c.id == sid).values(status="shadow", live_key=None))
@@ -285,6 +287,16 @@ def test_dry_run_reads_the_full_aggregation_and_writes_nothing(engine: Engine) -
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(class_stats)).scalar() == 0
         assert conn.execute(select(func.count()).select_from(class_stats_state)).scalar() == 0
+    fold(engine)
+    with engine.begin() as conn:
+        _run(conn, TENANTS[0], HASHES[0], "failure", "q2", 2)  # pending: the dry run aggregates, still writes nothing
+    assert [s.failures for s in partition_stats(engine, *TENANTS[0], write=False)] == [1]
+    fold(engine)
+    with engine.begin() as conn:  # nothing pending: the dry run reads the statistics (planted to tell them apart)
+        conn.execute(update(class_stats).values(unknown=7))
+    assert [s.unknown for s in partition_stats(engine, *TENANTS[0], write=False)] == [7]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).where(workflow_memory.c.stats_pending.is_not(None))).scalar() == 0
 
 
 @pytest.mark.parametrize("scope", [None, TENANTS[0]])

@@ -62,6 +62,7 @@ def test_import_refuses_email_url_and_phone_literals_and_stores_nothing(engine: 
     write(dirty / "all-three", content.rstrip("\n") + "\n\n" + "\n".join(LITERALS.values()) + "\n")
 
     config = agent(engine).config
+    assert config is not None
     results = {r.folder: r for r in import_skills(engine, dirty, AGENT, "u3", actor="alice", config=config)}
     assert {k: r.decision for k, r in results.items()} == dict.fromkeys(["all-three", *LITERALS], "refused")
     for kind in LITERALS:

@@ -81,9 +81,8 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
     console.print(checks)
     if show_cases:
         per_case = Table(title="Per case")
-        cols = ("arm", "case", "repeat", "procedure from", "skill", "workflow", "answer", "tokens", "raw wf", "dev msg")
-        cols += ("vs baseline", "vs no_memory")
-        for col in cols:
+        cols = ["arm", "case", "repeat", "procedure from", "skill", "workflow", "answer", "tokens", "raw wf", "dev msg"]
+        for col in [*cols, "vs baseline", "vs no_memory"]:
             per_case.add_column(col)
         for r in cases:
             per_case.add_row(
