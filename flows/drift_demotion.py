@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.drift import DriftReport
-from tasks.common import flow_run_id, params_run_name
+from tasks.common import TenantScope, flow_run_id, params_run_name
 from tasks.drift import check_drift, check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
 from tasks.events import emit_demotions
 from tasks.fanout import FanOut, resolve_mode
@@ -25,8 +25,8 @@ class DriftDemotionParams(BaseModel):
     """Parameters of one drift check (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")
-    agent_id: str = Field("", max_length=255, description="Only this agent (empty: every agent)")
-    user_id: str = Field("", max_length=255, description="Only this user (empty: every user)")
+    agent_id: TenantScope = Field("", max_length=255, description="Only this agent (empty: every agent)")
+    user_id: TenantScope = Field("", max_length=255, description="Only this user (empty: every user)")
     dry_run: bool = Field(False, description="Compute and report, demote nothing and write no stats")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
     partitions: list[tuple[str, str]] | None = Field(

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.cycle import PromotionReport
-from tasks.common import params_run_name
+from tasks.common import TenantScope, params_run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
 from tasks.promotion import fan_out_partitions, list_partitions, run_partitions
 from tasks.reporting import publish_report
@@ -21,8 +21,8 @@ class PromotionCycleParams(BaseModel):
     """Parameters of one promotion cycle (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")
-    agent_id: str = Field("", max_length=255, description="Only this agent (empty: every agent)")
-    user_id: str = Field("", max_length=255, description="Only this user (empty: every user)")
+    agent_id: TenantScope = Field("", max_length=255, description="Only this agent (empty: every agent)")
+    user_id: TenantScope = Field("", max_length=255, description="Only this user (empty: every user)")
     dry_run: bool = Field(False, description="Compute the report but write nothing")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
     force: bool = Field(False, description="Run even if fewer than promotion_every_n_runs runs arrived")
@@ -30,12 +30,6 @@ class PromotionCycleParams(BaseModel):
         None, description="local: this process; pool: child runs per chunk on a work pool (default: the setting)"
     )
     chunks: int | None = Field(None, ge=1, le=10_000, description="Child runs in pool mode (default: worker slots)")
-
-    @field_validator("agent_id", "user_id", mode="before")
-    @classmethod
-    def _none_is_all(cls, value: object) -> object:
-        """``None`` (the CLI's unset option, an old saved parameter set) means every tenant, like ``""``."""
-        return "" if value is None else value
 
 
 class PartitionsFailed(RuntimeError):

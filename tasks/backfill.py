@@ -6,7 +6,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.operations import backfill
-from tasks.common import engine_for, flow_run_id, stage
+from tasks.common import TenantScope, engine_for, flow_run_id, stage
 
 
 class BackfillParams(BaseModel):
@@ -15,7 +15,7 @@ class BackfillParams(BaseModel):
     database_url: str | None = Field(None, description="Database URL (default: $SKILLFLOW_DATABASE_URL)")
     dry_run: bool = Field(False, description="Count what would change; write nothing but the report")
     batch_size: int = Field(500, ge=1, le=100_000, description="Rows per batch (one transaction each)")
-    agent_id: str = Field("", max_length=255, description="Only this agent's runs (empty: every agent)")
+    agent_id: TenantScope = Field("", max_length=255, description="Only this agent's runs (empty: every agent)")
     force: bool = Field(False, description="Recompute every row, not only rows with a NULL canonical_hash")
 
 

@@ -7,16 +7,26 @@ naming ``skillflow migrate``, when the database is behind (docs/design.md, "No D
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BeforeValidator
 from sqlalchemy import Engine
 
 from skillflow.kernel.config import Settings
 from skillflow.kernel.errors import is_transient
 from skillflow.storage.engine import cached_engine
 from skillflow.storage.migrations import require_current
+
+
+def _none_is_all(value: object) -> object:
+    """``None`` (the CLI's unset option, an old saved parameter set) means every tenant, like ``""``."""
+    return "" if value is None else value
+
+
+# An optional agent or user id in a flow's form: a plain text box, empty meaning every agent or user.
+TenantScope = Annotated[str, BeforeValidator(_none_is_all)]
 
 P = ParamSpec("P")
 R = TypeVar("R")
