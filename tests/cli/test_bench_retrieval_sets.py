@@ -1,0 +1,32 @@
+"""``skillflow bench retrieval`` reports the fitted rule on the bench bank and the simulator (JSON and tables)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from skillflow.cli import app
+
+SMALL = ["bench", "retrieval", "--embedder", "hashing", "--skills", "10", "--pools", "5", "--queries", "10"]
+SMALL += ["--rounds", "1", "--tau-bench", "", "--prepare-probes", "0"]
+
+
+def test_bank_and_simulator_rows_next_to_the_fixed_rule_and_the_ceiling() -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, [*SMALL, "--json"])
+    assert out.exit_code == 0, out.output
+    sets = json.loads(out.output)["applicability_sets"]
+    assert set(sets) == {"bank", "simulator"}
+    for name, result in sets.items():
+        assert set(result["rows"]) == {"fitted", "fixed", "ceiling"} and result["folds"] == 5
+        for levels in result["rows"].values():
+            assert set(levels) == {"intent", "class"}
+            for r in levels.values():
+                assert r["P"] > 0 and r["N"] > 0 and abs(r["hit"] + r["wrong"] + r["miss"] - 1) < 1e-9, name
+    assert "grouped by template family" in sets["simulator"]["corpus"]
+    text = runner.invoke(app, SMALL)
+    assert text.exit_code == 0, text.output
+    assert "bench bank" in text.output and "simulator" in text.output and "no-abstention ceiling" in text.output
+    skipped = runner.invoke(app, [*SMALL, "--no-applicability-sets", "--json"])
+    assert json.loads(skipped.output)["applicability_sets"] == {}
