@@ -6,7 +6,7 @@ from prefect import flow
 from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
-from skillflow.promotion.cycle import PromotionReport
+from skillflow.promotion.report import PromotionReport
 from tasks.common import params_run_name
 from tasks.promotion import distill_one_class
 from tasks.reporting import publish_report

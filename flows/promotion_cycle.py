@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import PromotionReport
+from skillflow.promotion.report import PromotionReport
 from tasks.common import TenantScope, params_run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
 from tasks.promotion import fan_out_partitions, list_partitions, run_partitions

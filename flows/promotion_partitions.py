@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import PromotionReport
+from skillflow.promotion.report import PromotionReport
 from tasks.fanout import FleetSettings, current_work_pool
 from tasks.promotion import run_partitions
 from tasks.reporting import publish_report

@@ -12,7 +12,7 @@ from prefect import get_run_logger
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.promotion import cycle
-from skillflow.promotion.cycle import PromotionReport
+from skillflow.promotion.report import PromotionReport
 from skillflow.storage.aggregate import partitions
 from tasks.common import engine_for, flow_run_id, stage, task_run_namer
 

@@ -6,7 +6,7 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from skillflow.promotion.cycle import PromotionReport
+from skillflow.promotion.report import PromotionReport
 
 REPORT_KEY = "promotion-report"
 GATES_KEY = "promotion-gates"

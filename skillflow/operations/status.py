@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine, case, func, select
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import assess_classes, backfill_command
+from skillflow.promotion.stages import assess_classes, backfill_command
 from skillflow.storage.aggregate import cycle_count, unhashed_runs
 from skillflow.storage.schema import reports, skill_events, skillbox, workflow_memory
 

@@ -1,4 +1,4 @@
-"""The promotion pipeline: its stages as plain functions, their one composition, and the report they fill.
+"""The promotion pipeline's one composition: a partition's cycle and a single class ("Distill now").
 
 Stages (docs/design.md, "Promotion"): plan (cadence) → staleness sweep → aggregate + gates (+ rejection
 backoff) → rank → evidence + distill → validate → land (store and stamp, or record the rejection) →
@@ -11,82 +11,49 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, select
 
-from skillflow.kernel.config import PromotionConfig, Settings, get_settings
+from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.kernel.errors import is_transient
-from skillflow.kernel.models import ClassStats, SkillStatus, new_id, utcnow
+from skillflow.kernel.models import ClassStats, new_id, utcnow
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
-from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS, GateResult, evaluate_gates, whole_days_since
-from skillflow.promotion.landing import ACTOR, ClassResult, Decision, record_rejection, store_skill
-from skillflow.promotion.ranking import by_score, score
+from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS
+from skillflow.promotion.landing import ACTOR, ClassResult, record_rejection, store_skill
+from skillflow.promotion.report import (
+    PromotionReport,
+    apply_assessments,
+    apply_ranking,
+    apply_result,
+    finish_partition,
+)
+from skillflow.promotion.stages import (
+    assess_classes,
+    calibrate_rule,
+    choose,
+    distill_evidence,
+    distill_rejection,
+    gather_evidence,
+    plan_partition,
+    review_flags,
+    stage_failure,
+    unhashed_flags,
+    validate_draft,
+)
 from skillflow.promotion.validation import ValidationResult
 from skillflow.storage.aggregate import (
-    class_samples,
-    class_signature,
     cycle_count,
-    mark_cycle,
-    runs_since_rejection,
 )
-from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
-from skillflow.storage.reports import report_id, write_report
-from skillflow.storage.schema import class_state, skill_activations, skillbox
-from skillflow.storage.skills import declared_state_changes, last_retired, next_version, tenant_filter
+from skillflow.storage.reports import report_id
+from skillflow.storage.skills import tenant_filter
 
 log = logging.getLogger("skillflow.promotion.cycle")
 
 LEASE_TTL_SECONDS = 900.0
 LEASE_HELD = "lease held by another promotion cycle"
-
-
-class GateRow(BaseModel):
-    """One line of the per-class gate table."""
-
-    hash: str
-    canonical_hash: str
-    executions: int
-    success_rate: float
-    distinct_queries: int
-    last_seen_days: int
-    checks: dict[str, bool]
-    score: float | None = None
-    decision: str = "ineligible"
-    reason: str | None = None
-
-
-class PromotionReport(BaseModel):
-    """What one cycle (or one "Distill now") did in one (agent, user) partition; stored and published."""
-
-    kind: Literal["promotion"] = "promotion"
-    mode: Literal["cycle", "distill"] = "cycle"
-    agent_id: str
-    user_id: str
-    cycle: int
-    dry_run: bool = False
-    flow_run_id: str | None = None
-    created_at: datetime = Field(default_factory=utcnow)
-    partition_skipped: str | None = None
-    partition_failed: str | None = None
-    promoted: list[str] = Field(default_factory=list)
-    would_promote: list[str] = Field(default_factory=list)
-    rejected: list[tuple[str, list[str]]] = Field(default_factory=list)
-    skipped: list[tuple[str, str]] = Field(default_factory=list)
-    deprecated: list[tuple[str, str]] = Field(default_factory=list)
-    review_flags: list[str] = Field(default_factory=list)
-    candidates_considered: int = 0
-    gates: list[GateRow] = Field(default_factory=list)
-    applicability: dict[str, Any] | None = None  # the fitted injection rule (promotion/calibrate.py)
-
-    def decide(self, canonical_hash: str, decision: Decision, reason: str | None = None) -> None:
-        for row in self.gates:
-            if row.canonical_hash == canonical_hash:
-                row.decision, row.reason = decision, reason
 
 
 class PartitionFailed(RuntimeError):
@@ -108,221 +75,9 @@ def _partition_failed(agent_id: str, user_id: str, stage: str, reason: str) -> P
     return err
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Whether a partition runs now, and the cycle number it would be."""
-
-    agent_id: str
-    user_id: str
-    cycle: int
-    runs_since: int
-    run: bool
-    reason: str | None = None
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """A class's SQL aggregate, its gates, its score and any rejection backoff."""
-
-    stats: ClassStats
-    gate: GateResult
-    score: float
-    backoff: str | None = None
-
-    @property
-    def eligible(self) -> bool:
-        return self.gate.eligible and self.backoff is None
-
-
 def lease_name(agent_id: str, user_id: str) -> str:
     name = f"promotion:{agent_id}:{user_id}"
     return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
-
-
-# -- plan ------------------------------------------------------------------------------------------
-def plan_partition(engine: Engine, agent_id: str, user_id: str, config: PromotionConfig, force: bool) -> Plan:
-    """Cadence (item 9): unless forced, run only after ``promotion_every_n_runs`` new runs; 0 = manual only."""
-    with engine.connect() as conn:
-        cycle = cycle_count(conn, agent_id, user_id) + 1
-        since = _runs_since(conn, agent_id, user_id)
-    every = config.promotion_every_n_runs
-    if force:
-        return Plan(agent_id, user_id, cycle, since, True)
-    if every == 0:
-        return Plan(agent_id, user_id, cycle, since, False, "manual only: promotion_every_n_runs = 0")
-    if since < every:
-        return Plan(agent_id, user_id, cycle, since, False, f"cadence: {since} runs since last cycle < {every}")
-    return Plan(agent_id, user_id, cycle, since, True)
-
-
-# -- aggregate + gates -----------------------------------------------------------------------------
-def assess_classes(
-    engine: Engine,
-    agent_id: str,
-    user_id: str,
-    config: PromotionConfig,
-    now: datetime,
-    cycle: int,
-    canonical_hash: str | None = None,
-    respect_backoff: bool = True,
-    *,
-    write_stats: bool = True,
-) -> list[Assessment]:
-    """Read the partition's maintained class statistics and evaluate every gate; apply the rejection backoff.
-
-    The statistics equal the full aggregation (docs/guide/aggregate.md); ``write_stats=False`` (a dry run) reads
-    the full aggregation instead, so nothing is written.
-    """
-    from skillflow.storage.class_stats import partition_stats
-
-    stats = partition_stats(engine, agent_id, user_id, canonical_hash, write=write_stats)
-    with engine.connect() as conn:
-        live_q = select(skillbox.c.canonical_hash).where(
-            tenant_filter(skillbox, agent_id, user_id), skillbox.c.live_key.is_not(None)
-        )
-        live = set(conn.execute(live_q).scalars())
-        declared = declared_state_changes(conn, agent_id)
-        waits: dict[str, int] = {}
-        fresh: dict[str, int] = {}
-        if respect_backoff:
-            fresh = runs_since_rejection(conn, agent_id, user_id)
-            rows = conn.execute(
-                select(class_state.c.canonical_hash, class_state.c.retry_after_cycle).where(
-                    tenant_filter(class_state, agent_id, user_id), class_state.c.retry_after_cycle >= cycle
-                )
-            )
-            waits = {r[0]: int(r[1]) for r in rows}
-    out = []
-    for s in stats:
-        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live, declared=declared)
-        backoff = None
-        if gate.eligible and s.canonical_hash in waits:
-            backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"
-        elif (
-            gate.eligible
-            and fresh.get(s.canonical_hash, config.rejection_requalify_runs) < config.rejection_requalify_runs
-        ):
-            n = fresh[s.canonical_hash]
-            backoff = (
-                f"rejected by a reviewer: {n} new runs < rejection_requalify_runs {config.rejection_requalify_runs}"
-            )
-        out.append(Assessment(s, gate, score(s, config, now), backoff))
-    return out
-
-
-def gate_rows(assessments: list[Assessment], now: datetime) -> list[GateRow]:
-    rows = []
-    for a in assessments:
-        s = a.stats
-        decision: Decision = "backoff" if a.backoff else ("ineligible" if not a.gate.eligible else "below cut")
-        rows.append(
-            GateRow(
-                hash=s.canonical_hash[:12],
-                canonical_hash=s.canonical_hash,
-                executions=s.executions,
-                success_rate=round(s.success_rate, 4),
-                distinct_queries=s.distinct_queries,
-                last_seen_days=whole_days_since(s.last_seen, now),
-                checks=dict(a.gate.checks),
-                score=round(a.score, 4) if a.gate.eligible else None,
-                decision=decision,
-                reason=a.backoff or a.gate.reason,
-            )
-        )
-    return rows
-
-
-# -- rank ------------------------------------------------------------------------------------------
-def choose(
-    assessments: list[Assessment], config: PromotionConfig, now: datetime
-) -> tuple[list[ClassStats], list[tuple[str, str]]]:
-    """Top classes by score among the eligible; the rest of the eligible are skipped with their rank."""
-    ordered = by_score([a.stats for a in assessments if a.eligible], config, now)
-    cap = config.max_promotions_per_cycle
-    below = [
-        (s.canonical_hash, f"rank {i} > max_promotions_per_cycle {cap}") for i, s in enumerate(ordered[cap:], cap + 1)
-    ]
-    return ordered[:cap], below
-
-
-# -- evidence, distill, validate -------------------------------------------------------------------
-def gather_evidence(engine: Engine, stats: ClassStats, config: PromotionConfig) -> Evidence:
-    """Newest successes (+ failures) after the demotion cutoff, signature, toolbox, previous demotion reason."""
-    from skillflow.promotion.staleness import registered_tools
-
-    a, u, h = stats.agent_id, stats.user_id, stats.canonical_hash
-    with engine.connect() as conn:
-        ok, bad = class_samples(conn, a, u, h, stats.since, config.distill_sample_size, config.include_failure_samples)
-        retired = last_retired(conn, a, u, h)
-        return Evidence(
-            stats=stats,
-            signature=class_signature(conn, a, u, h),
-            successes=ok,
-            failures=bad,
-            toolbox=registered_tools(conn, a),
-            previous_demotion_reason=retired.demotion_reason if retired else None,
-            version=next_version(conn, a, u, h),
-        )
-
-
-def distill_evidence(evidence: Evidence, config: PromotionConfig, settings: Settings | None = None) -> DistillOutcome:
-    """Ask the configured distiller for a SKILL.md (a ``DistillOutcome``; INSUFFICIENT is a value)."""
-    from skillflow.promotion.backends import get_distiller
-
-    return get_distiller(settings or get_settings()).distill(evidence, config.skill_max_content_chars)
-
-
-def distill_rejection(outcome: DistillOutcome) -> list[str] | None:
-    """The rejection reasons of a distillation, or None when it produced a SKILL.md."""
-    if outcome.insufficient or not outcome.skill_md:
-        return [INSUFFICIENT, *[r for r in outcome.reasons if r != INSUFFICIENT]]
-    return None
-
-
-def validate_draft(
-    skill_md: str, evidence: Evidence, config: PromotionConfig, settings: Settings | None = None
-) -> ValidationResult:
-    """Every mandatory validation check plus the fail-closed judge (a ``ValidationResult``)."""
-    from skillflow.promotion.backends import get_judge
-    from skillflow.promotion.validation import validate_skill
-
-    return validate_skill(skill_md, evidence, get_judge(settings or get_settings()), config.skill_max_content_chars)
-
-
-# -- finish ----------------------------------------------------------------------------------------
-def review_flags(engine: Engine, agent_id: str, user_id: str) -> list[str]:
-    """ACTIVE skills whose activations mostly took another path (> 50 % deviation): review, never auto-demote."""
-    # A run with no identity (NULL hash) took another path too.
-    dev = func.sum(case((skill_activations.c.canonical_hash == skillbox.c.canonical_hash, 0), else_=1))
-    q = (
-        select(skillbox.c.id, func.count().label("n"), dev.label("dev"))
-        .select_from(skillbox.join(skill_activations, skill_activations.c.skill_id == skillbox.c.id))
-        .where(tenant_filter(skillbox, agent_id, user_id), skillbox.c.status == SkillStatus.ACTIVE.value)
-        .group_by(skillbox.c.id)
-    )
-    with engine.connect() as conn:
-        rows = list(conn.execute(q))
-    return [
-        f"deviation {int(r.dev or 0)}/{int(r.n)} > 50% for skill {r.id}: check retrieval"
-        for r in rows
-        if (r.dev or 0) * 2 > r.n
-    ]
-
-
-def unhashed_flags(engine: Engine, agent_id: str, user_id: str) -> list[str]:
-    """Legacy rows without an identity are not aggregated: say so, with the exact backfill command."""
-    from skillflow.storage.aggregate import unhashed_runs
-
-    with engine.connect() as conn:
-        n = unhashed_runs(conn, agent_id, user_id)
-    if not n:
-        return []
-    return [f"{n} legacy run(s) have no canonical hash and are not aggregated: run {backfill_command(engine)}"]
-
-
-def backfill_command(engine: Engine) -> str:
-    """The exact command that hashes legacy rows of this database (password hidden)."""
-    return f"`skillflow backfill --db {engine.url.render_as_string(hide_password=True)}`"
 
 
 def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user_id: str) -> PromotionReport | None:
@@ -339,58 +94,6 @@ def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user
     return PromotionReport.model_validate(body)
 
 
-def finish_partition(engine: Engine, report: PromotionReport, mark: bool) -> str | None:
-    """Store the report and (for a real cycle) mark the partition's cycle, in one idempotent transaction."""
-    if report.dry_run:
-        return None
-    rid = report_id("promotion", report.flow_run_id, report.mode, report.agent_id, report.user_id)
-    with engine.begin() as conn:
-        write_report(
-            conn,
-            report_id=rid,
-            kind="promotion",
-            body=report.model_dump(mode="json"),
-            created_at=report.created_at,
-            agent_id=report.agent_id,
-            user_id=report.user_id,
-            flow_run_id=report.flow_run_id,
-        )
-        if mark:
-            mark_cycle(conn, report.agent_id, report.user_id, report.created_at, cycle=report.cycle)
-    return rid
-
-
-def apply_result(report: PromotionReport, result: ClassResult) -> None:
-    """Record one class's end in the report and its gate row."""
-    h = result.canonical_hash
-    if result.decision == "promoted" and result.skill_id:
-        report.promoted.append(result.skill_id)
-        if result.status == SkillStatus.SHADOW.value:
-            report.review_flags.append(f"skill {result.skill_id} landed SHADOW: it needs an explicit activation review")
-    elif result.decision == "would promote":
-        report.would_promote.append(h)
-    elif result.decision == "rejected":
-        report.rejected.append((h, result.reasons))
-    else:
-        report.skipped.append((h, result.reasons[0] if result.reasons else ""))
-    report.decide(h, result.decision, "; ".join(result.reasons) or None)
-
-
-def apply_assessments(report: PromotionReport, assessments: list[Assessment], now: datetime) -> None:
-    report.candidates_considered = len(assessments)
-    report.gates = gate_rows(assessments, now)
-    for a in assessments:
-        if not a.eligible:
-            report.skipped.append((a.stats.canonical_hash, a.backoff or a.gate.reason or ""))
-
-
-def apply_ranking(report: PromotionReport, below: list[tuple[str, str]]) -> None:
-    for h, reason in below:
-        report.skipped.append((h, reason))
-        report.decide(h, "below cut", reason)
-
-
-# -- one class, end to end (shared by run_cycle and promote_class) -------------------------------
 def process_class(
     engine: Engine,
     stats: ClassStats,
@@ -438,29 +141,6 @@ def process_class(
     if dry_run:
         return ClassResult(stats.canonical_hash, "rejected", reasons)
     return record_rejection(engine, stats, cycle, reasons, config)
-
-
-def calibrate_rule(
-    engine: Engine,
-    agent_id: str,
-    user_id: str,
-    config: PromotionConfig,
-    cycle: int,
-    dry_run: bool,
-    settings: Settings | None = None,
-) -> dict[str, Any]:
-    """Stage: refit and store the tenant's applicability rule for its live skills (every cycle)."""
-    from skillflow.injection.embeddings import get_embedder
-    from skillflow.promotion.calibrate import calibrate
-
-    embedder = get_embedder((settings or get_settings()).embedder)
-    return calibrate(engine, agent_id, user_id, config, cycle, dry_run=dry_run, embedder=embedder)
-
-
-def stage_failure(stage: str, exc: BaseException) -> str:
-    """The stable rejection reason of a failed stage: its name and the error class(es), never a message."""
-    cause = exc.__cause__
-    return f"{stage} failed: {type(exc).__name__}" + (f" ({type(cause).__name__})" if cause is not None else "")
 
 
 def run_partition(
@@ -580,7 +260,6 @@ def record_partition_failure(
     return report
 
 
-# -- "Distill now" ---------------------------------------------------------------------------------
 def resolve_hash(engine: Engine, agent_id: str, user_id: str, prefix: str) -> str | None:
     """The one class hash of the tenant starting with ``prefix`` (None if none; ValueError if ambiguous)."""
     from skillflow.storage.schema import workflow_memory as wm

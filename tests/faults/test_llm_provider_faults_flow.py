@@ -20,8 +20,8 @@ from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import assess_classes, gather_evidence
 from skillflow.promotion.distill import OfflineDistiller
+from skillflow.promotion.stages import assess_classes, gather_evidence
 from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import partitions
 from skillflow.storage.engine import make_engine

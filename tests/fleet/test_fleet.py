@@ -9,6 +9,8 @@ time is cancelled (CANCEL_NEW); a demotion event re-qualifies its tenant through
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -133,7 +135,6 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
     from prefect.deployments import run_deployment
-    from prefect.events import emit_event
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
 
     url, server_db = databases
@@ -178,14 +179,14 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
                 assert seen.count("refused") == 1 and seen.count("answered") == 19
 
                 # A demotion event re-qualifies its tenant through the shipped automation (templated tenant).
-                emit_event(
-                    event="skillflow.skill.demoted",
-                    resource={
-                        "prefect.resource.id": "skillflow.skill.fleet-test",
-                        "skillflow.agent_id": AGENT,
-                        "skillflow.user_id": "u05",
-                    },
+                # Emitted from a process of the fleet's own: this test process's events client may already be
+                # bound to the suite's ephemeral server (a process-wide singleton), which would swallow it.
+                emit = (
+                    "from prefect.events import emit_event\n"
+                    "emit_event(event='skillflow.skill.demoted', resource={'prefect.resource.id': "
+                    f"'skillflow.skill.fleet-test', 'skillflow.agent_id': {AGENT!r}, 'skillflow.user_id': 'u05'}})\n"
                 )
+                subprocess.run([sys.executable, "-c", emit], env=fleet.process_env(), check=True, timeout=120)
                 requalify = wait_requalify(45)
                 assert requalify is not None and requalify.parameters["params"]["partitions"] == [[AGENT, "u05"]]
                 [ran] = wait_final([requalify.id], 90)

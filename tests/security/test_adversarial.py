@@ -24,8 +24,9 @@ from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.kernel.models import utcnow
-from skillflow.promotion.cycle import gather_evidence, run_partition
+from skillflow.promotion.cycle import run_partition
 from skillflow.promotion.distill import OfflineDistiller
+from skillflow.promotion.stages import gather_evidence
 from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.schema import skillbox

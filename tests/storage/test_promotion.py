@@ -10,8 +10,9 @@ from sqlalchemy import Engine, select
 
 from skillflow.kernel.models import InjectionRole, SkillStatus, utcnow
 from skillflow.promotion import backends, distill
-from skillflow.promotion.cycle import ACTOR, promote_class, run_partition
+from skillflow.promotion.cycle import promote_class, run_partition
 from skillflow.promotion.gates import COVERED, INSUFFICIENT, UNKNOWN_CLASS
+from skillflow.promotion.landing import ACTOR
 from skillflow.storage.schema import class_state, partition_state, reports, skill_events, skill_vectors, workflow_memory
 from skillflow.storage.skills import get_skill, insert_skill, list_skills, transition
 from tests.support.promotion import (

@@ -11,15 +11,10 @@ from sqlalchemy import Engine, select
 from skillflow.injection import retrieval
 from skillflow.promotion import cycle as promotion
 from skillflow.promotion import landing as store
-from skillflow.promotion.cycle import (
-    LEASE_HELD,
-    PartitionFailed,
-    gather_evidence,
-    run_partition,
-    store_skill,
-    validate_draft,
-)
+from skillflow.promotion.cycle import LEASE_HELD, PartitionFailed, run_partition
 from skillflow.promotion.gates import COVERED
+from skillflow.promotion.landing import store_skill
+from skillflow.promotion.stages import gather_evidence, validate_draft
 from skillflow.storage.schema import leases, reports, skill_events, skillbox, workflow_memory
 from skillflow.storage.skills import list_skills
 from tests.support.promotion import AGENT, agent, counts, record_cancel

@@ -12,7 +12,8 @@ from skillflow.cli import app
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import Step, utcnow
 from skillflow.operations.status import collect_status
-from skillflow.promotion.cycle import assess_classes, record_rejection
+from skillflow.promotion.landing import record_rejection
+from skillflow.promotion.stages import assess_classes
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import workflow_memory
 

@@ -30,7 +30,7 @@ from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import SkillNotFound, SkillRecord, get_skill, list_skills
 
 if TYPE_CHECKING:
-    from skillflow.promotion.cycle import PromotionReport
+    from skillflow.promotion.report import PromotionReport
 
 BADGE = {
     "candidate": "[white on grey37] candidate [/]",

@@ -27,7 +27,8 @@ from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lab.simulator import SimReport, business_outcome, good_procedure, simulate_runs
 from skillflow.lifecycle.decisions import activate_skill
 from skillflow.promotion.calibrate import calibrate
-from skillflow.promotion.cycle import PromotionReport, run_partition
+from skillflow.promotion.cycle import run_partition
+from skillflow.promotion.report import PromotionReport
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
