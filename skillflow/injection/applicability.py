@@ -37,6 +37,21 @@ def parse_sequence(tool_sequence: str | None) -> tuple[str, ...]:
     return tuple(t.strip().rstrip("!") for t in (tool_sequence or "").split(">") if t.strip())
 
 
+def class_procedure(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> tuple[str, ...]:
+    """The tool procedure of a tenant's class, from its newest run."""
+    seq = conn.execute(
+        select(workflow_memory.c.tool_sequence)
+        .where(
+            workflow_memory.c.agent_id == agent_id,
+            workflow_memory.c.user_id == user_id,
+            workflow_memory.c.canonical_hash == canonical_hash,
+        )
+        .order_by(workflow_memory.c.created_at.desc())
+        .limit(1)
+    ).scalar()
+    return parse_sequence(seq)
+
+
 def live_skills(
     conn: Connection, agent_id: str, user_id: str, declared: Mapping[str, bool] | None = None
 ) -> list[LiveSkill]:
@@ -52,17 +67,7 @@ def live_skills(
     ).all()
     out: list[LiveSkill] = []
     for sid, chash, baseline in rows:
-        seq = conn.execute(
-            select(workflow_memory.c.tool_sequence)
-            .where(
-                workflow_memory.c.agent_id == agent_id,
-                workflow_memory.c.user_id == user_id,
-                workflow_memory.c.canonical_hash == chash,
-            )
-            .order_by(workflow_memory.c.created_at.desc())
-            .limit(1)
-        ).scalar()
-        proc = parse_sequence(seq)
+        proc = class_procedure(conn, agent_id, user_id, str(chash))
         b = baseline if isinstance(baseline, Mapping) else {}
         rank = (float(b.get("success_rate") or 0.0), float(b.get("executions") or 0))
         out.append(LiveSkill(str(sid), str(chash), intent_of(proc, declared), proc, rank))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,22 @@ class ScoredSkill:
     canonical_hash: str
     source_workflow_ids: tuple[str, ...]
     description: str
+
+    @classmethod
+    def from_row(cls, row: Mapping[Any, Any], score: float) -> ScoredSkill:
+        """A ``skillbox`` row (id as ``id`` or ``skill_id``) with its match score."""
+        return cls(
+            skill_id=str(row["id"] if "id" in row else row["skill_id"]),
+            name=row["name"],
+            version=int(row["version"]),
+            score=round(score, 6),
+            injection_role=row["injection_role"],
+            status=row["status"],
+            content=row["content"],
+            canonical_hash=row["canonical_hash"],
+            source_workflow_ids=tuple(row["source_workflow_ids"] or ()),
+            description=row["description"],
+        )
 
 
 def applicability_texts(
@@ -425,18 +441,5 @@ def search_skills(
         row = rows.get(sid)
         if row is None:  # changed status since the cached matrix was built
             continue
-        out.append(
-            ScoredSkill(
-                skill_id=sid,
-                name=row["name"],
-                version=int(row["version"]),
-                score=round(score, 6),
-                injection_role=row["injection_role"],
-                status=row["status"],
-                content=row["content"],
-                canonical_hash=row["canonical_hash"],
-                source_workflow_ids=tuple(row["source_workflow_ids"] or ()),
-                description=row["description"],
-            )
-        )
+        out.append(ScoredSkill.from_row({**row, "id": sid}, score))
     return out[:k]

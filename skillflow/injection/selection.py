@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
 
-from skillflow.injection.applicability import CURRENT, RULES, STALE, parse_sequence
+from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
 from skillflow.injection.calibration import decide
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import SkillStatus
-from skillflow.storage.schema import skillbox, workflow_memory
+from skillflow.storage.schema import skillbox
 
 
 @dataclass(frozen=True)
@@ -50,36 +50,12 @@ def _skill(conn: Connection, skill_id: str, agent_id: str, user_id: str, score: 
     )
     if row is None:
         return None
-    return ScoredSkill(
-        skill_id=row["id"],
-        name=row["name"],
-        version=int(row["version"]),
-        score=round(score, 6),
-        injection_role=row["injection_role"],
-        status=row["status"],
-        content=row["content"],
-        canonical_hash=row["canonical_hash"],
-        source_workflow_ids=tuple(row["source_workflow_ids"] or ()),
-        description=row["description"],
-    )
+    return ScoredSkill.from_row(row, score)
 
 
 def procedures(conn: Connection, agent_id: str, user_id: str, hashes: Sequence[str]) -> dict[str, tuple[str, ...]]:
     """The tool procedure of each class (from its newest run)."""
-    out: dict[str, tuple[str, ...]] = {}
-    for h in dict.fromkeys(hashes):
-        seq = conn.execute(
-            select(workflow_memory.c.tool_sequence)
-            .where(
-                workflow_memory.c.agent_id == agent_id,
-                workflow_memory.c.user_id == user_id,
-                workflow_memory.c.canonical_hash == h,
-            )
-            .order_by(workflow_memory.c.created_at.desc())
-            .limit(1)
-        ).scalar()
-        out[h] = parse_sequence(seq)
-    return out
+    return {h: class_procedure(conn, agent_id, user_id, h) for h in dict.fromkeys(hashes)}
 
 
 def select_skills(
