@@ -375,6 +375,6 @@ def _time_cycle(engine: Engine) -> tuple[float, int, int]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    considered = sum(int(getattr(r, "candidates_considered", 0)) for r in reports)
-    promoted = sum(len(getattr(r, "promoted", [])) for r in reports)
+    considered = sum(r.candidates_considered for r in reports)
+    promoted = sum(len(r.promoted) for r in reports)
     return round(elapsed, 4), considered, promoted

@@ -225,11 +225,9 @@ def run_scenario(
 
 
 def _fleet(url: str, say: Callable[[str], None]) -> dict[str, Any]:
-    """The whole cycle on one and on two local workers (part of the fleet work), or why it was not measured."""
-    try:
-        from skillflow.lab.bench.fleet_bench import measure_fleet
-    except ImportError as exc:  # pragma: no cover - the fleet bench ships with the fleet deployment
-        return {"not_measured": f"fleet bench unavailable: {exc}"}
+    """The whole cycle on one and on two local workers, or why it could not be measured (e.g. no server)."""
+    from skillflow.lab.bench.fleet_bench import measure_fleet  # starts a Prefect server: import only when asked
+
     say("whole cycle on one and on two workers (local process pool)")
     try:
         return asdict(measure_fleet(url))
