@@ -27,8 +27,8 @@ from skillflow.storage.aggregate import partitions
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import class_state, reports, skillbox
-from tests.faults.llm_server import Raw, RoutedLLMServer
-from tests.support.fake_llm_server import Reply
+from tests.faults.llm_server import RoutedLLMServer
+from tests.support.fake_llm_server import Raw, Reply
 from tests.support.promotion import AGENT, TOOLS, record_payment
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]

@@ -23,6 +23,14 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Raw:
+    """A reply whose body is these bytes, whatever they are (malformed JSON, an empty body)."""
+
+    body: bytes
+    status: int = 200
+
+
 @dataclass
 class Received:
     path: str
@@ -79,22 +87,24 @@ class FakeLLMServer:
                     server.received.append(
                         Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, raw)
                     )
-                    reply = server._script.popleft() if server._script else Reply(status=500)
-                if reply.delay:
+                    reply = server.next_reply(body)
+                if isinstance(reply, Reply) and reply.delay:
                     time.sleep(reply.delay)
                 model = str(body.get("model", ""))
-                if self.path.endswith("/chat/completions"):
-                    payload = _openai_body(reply, model)
+                status, headers = reply.status, reply.headers if isinstance(reply, Reply) else {}
+                if isinstance(reply, Raw):
+                    data = reply.body
+                elif self.path.endswith("/chat/completions"):
+                    data = json.dumps(_openai_body(reply, model)).encode("utf-8")
                 elif self.path.endswith("/messages"):
-                    payload = _anthropic_body(reply, model)
+                    data = json.dumps(_anthropic_body(reply, model)).encode("utf-8")
                 else:
-                    reply, payload = Reply(status=404), {"error": {"message": "unknown path"}}
-                data = json.dumps(payload).encode("utf-8")
+                    status, data = 404, b'{"error": {"message": "unknown path"}}'
                 try:
-                    self.send_response(reply.status)
+                    self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
-                    for key, value in reply.headers.items():
+                    for key, value in headers.items():
                         self.send_header(key, value)
                     self.end_headers()
                     self.wfile.write(data)
@@ -114,6 +124,10 @@ class FakeLLMServer:
     @property
     def anthropic_base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def next_reply(self, body: dict[str, Any]) -> Reply | Raw:
+        """The answer to a request (called under the lock): the next scripted reply, else a 500."""
+        return self._script.popleft() if self._script else Reply(status=500)
 
     def script(self, *replies: Reply) -> None:
         with self._lock:
