@@ -45,25 +45,12 @@ class Conversation:
         users: list[str] = []
         calls: list[ToolCall] = []
         pending: dict[str, int] = {}
-        for m in messages:
-            if not isinstance(m, Mapping):
+        entries = list(messages) if isinstance(messages, Sequence) and not isinstance(messages, str | bytes) else []
+        for m in entries:
+            try:
+                _read(m, users, calls, pending)
+            except Exception:  # noqa: BLE001 - an unreadable entry (hostile __str__, odd types) is skipped
                 continue
-            role = m.get("role")
-            if role == "user" and isinstance(m.get("content"), str):
-                users.append(m["content"])
-            elif role == "assistant":
-                for tc in m.get("tool_calls") or ():
-                    fn = tc.get("function") if isinstance(tc, Mapping) else None
-                    if not isinstance(fn, Mapping) or not fn.get("name"):
-                        continue
-                    calls.append(ToolCall(str(fn["name"]), _arg_keys(fn.get("arguments"))))
-                    if tc.get("id"):
-                        pending[str(tc["id"])] = len(calls) - 1
-            elif role == "tool" and str(m.get("content", "")).startswith("Error"):
-                idx = pending.get(str(m.get("tool_call_id")), len(calls) - 1)
-                if 0 <= idx < len(calls):
-                    c = calls[idx]
-                    calls[idx] = ToolCall(c.tool, c.arg_keys, True)
         return cls(tuple(users), tuple(calls))
 
     def with_request(self, query: str) -> tuple[str, ...]:
@@ -96,10 +83,33 @@ def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = l
     raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
 
 
+def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, int]) -> None:
+    """Fold one message into the user messages, the calls and the open call ids (plain strings only)."""
+    if not isinstance(m, Mapping):
+        return
+    role = m.get("role")
+    if role == "user" and isinstance(m.get("content"), str):
+        users.append(m["content"])
+    elif role == "assistant" and isinstance(m.get("tool_calls"), Sequence):
+        for tc in m["tool_calls"]:
+            fn = tc.get("function") if isinstance(tc, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+                continue
+            calls.append(ToolCall(fn["name"], _arg_keys(fn.get("arguments"))))
+            if isinstance(tc.get("id"), str) and tc["id"]:
+                pending[tc["id"]] = len(calls) - 1
+    elif role == "tool" and isinstance(m.get("content"), str) and m["content"].startswith("Error"):
+        call_id = m.get("tool_call_id")
+        idx = pending.get(call_id, len(calls) - 1) if isinstance(call_id, str) else len(calls) - 1
+        if 0 <= idx < len(calls):
+            c = calls[idx]
+            calls[idx] = ToolCall(c.tool, c.arg_keys, True)
+
+
 def _arg_keys(arguments: Any) -> tuple[str, ...]:
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments) if arguments else {}
         except ValueError:
             return ()
-    return tuple(sorted(str(k) for k in arguments)) if isinstance(arguments, Mapping) else ()
+    return tuple(sorted(k for k in arguments if isinstance(k, str))) if isinstance(arguments, Mapping) else ()
