@@ -10,8 +10,7 @@ from pydantic import BaseModel, Field
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.drift import DriftReport
 from tasks.common import TenantScope, flow_run_id, params_run_name
-from tasks.drift import check_drift, check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
-from tasks.events import emit_demotions
+from tasks.drift import check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
 from tasks.fanout import FanOut, resolve_mode
 
 DESCRIPTION = (
@@ -44,21 +43,22 @@ class DriftPartitionsFailed(RuntimeError):
 
 @flow(name="drift-demotion", flow_run_name=params_run_name("drift", "agent_id", "user_id"), description=DESCRIPTION)
 def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
-    """Check every ACTIVE skill against its baseline, demote the drifted, store and publish the report."""
+    """Check every ACTIVE skill against its baseline, demote the drifted, store and publish the report.
+
+    Each (agent, user) partition with an ACTIVE skill is its own unit of work in every mode: one ``check-drift``
+    task run and one stored report each, locally or in ``drift-partitions`` child runs. A failed partition
+    (or skill check) is named and ends the run Failed after every other partition was checked and published.
+    """
     params = params or DriftDemotionParams()
     config = load_promotion_config(overrides=params.config_overrides)
     agent_id, user_id = params.agent_id or None, params.user_id or None
-    url, failed = params.database_url, list[str]()
-    if params.partitions is not None:
-        report, failed = check_partitions(url, config, [(a, u) for a, u in params.partitions], params.dry_run)
-        emit_demotions(report.demoted, params.dry_run)
-    elif resolve_mode(params.fan_out) == "pool":
-        partitions = list_active_partitions(url, agent_id, user_id)
+    url, given = params.database_url, params.partitions
+    partitions = [(a, u) for a, u in given] if given is not None else list_active_partitions(url, agent_id, user_id)
+    if given is None and resolve_mode(params.fan_out) == "pool":
         overrides = dict(params.config_overrides)
         report, failed = fan_out_drift(url, partitions, params.chunks, overrides, params.dry_run)
     else:
-        report = check_drift(url, config, agent_id, user_id, params.dry_run)
-        emit_demotions(report.demoted, params.dry_run)
+        report, failed = check_partitions(url, config, partitions, params.dry_run)
     publish_drift_report(report, url, config, flow_run_id())
     if failed:
         raise DriftPartitionsFailed(f"{len(failed)} failed: " + "; ".join(failed))

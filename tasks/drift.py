@@ -5,28 +5,45 @@ from __future__ import annotations
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from sqlalchemy import select
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.lifecycle.charts import markdown_image, render_png, skill_charts
 from skillflow.lifecycle.drift import DriftReport, render_markdown, run_drift
 from skillflow.storage.skills import SkillNotFound, get_skill
-from tasks.common import engine_for, flow_run_id, stage, tenant_label
+from tasks.common import engine_for, flow_run_id, stage, task_run_namer, tenant_label
+from tasks.events import emit_demotions
 
 MAX_CHARTS = 25  # a report with more skills charts the first ones (the table lists them all)
 
 
-@stage(run_name="check-drift")
+class DriftChecksFailed(RuntimeError):
+    """Some skill checks of a partition failed; the others were checked, stored and their demotions emitted."""
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail  # skill id prefixes and error classes only
+        super().__init__(detail)
+
+
+@stage(run_name=task_run_namer("check-drift", "agent_id", "user_id"))
 def check_drift(
     database_url: str | None, config: PromotionConfig, agent_id: str | None, user_id: str | None, dry_run: bool
 ) -> DriftReport:
-    """Recompute each ACTIVE skill's figures, demote the drifted ones (one transaction each), store the report."""
+    """Check the partition's ACTIVE skills, demote the drifted (one transaction each), store the report, emit.
+
+    The demotions are emitted before a failed skill check fails the task run, so they are never hidden.
+    """
     engine = engine_for(database_url)
     report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=flow_run_id())
+    emit_demotions(report.demoted, dry_run)
     get_run_logger().info(
-        "drift %s: checked %d, demoted %d (%s), flagged %d, report %s",
+        "drift %s: checked %d, demoted %d (%s), flagged %d, failed %d, report %s",
         tenant_label(agent_id, user_id), report.checked, len(report.demoted),
-        ", ".join(d.skill_id[:12] for d in report.demoted) or "none", len(report.flagged), report.report_id,
+        ", ".join(d.skill_id[:12] for d in report.demoted) or "none", len(report.flagged), len(report.failed),
+        report.report_id,
     )  # fmt: skip
+    if report.failed:
+        raise DriftChecksFailed(", ".join(f"skill {sid[:12]} {reason}" for sid, reason in report.failed))
     return report
 
 
@@ -84,7 +101,10 @@ def list_active_partitions(
 def check_partitions(
     database_url: str | None, config: PromotionConfig, partitions: list[tuple[str, str]], dry_run: bool
 ) -> tuple[DriftReport, list[str]]:
-    """One drift check (task run, stored report) per partition; a failed partition is named, never fatal."""
+    """One drift check (task run, stored report) per partition; a failed partition is named, never fatal.
+
+    A partition whose skill checks partly failed still contributes its stored report (what it did check).
+    """
     from skillflow.lifecycle.drift import merge_reports
 
     parts, failed = [], []
@@ -92,9 +112,25 @@ def check_partitions(
         state = check_drift(database_url, config, agent_id, user_id, dry_run, return_state=True)
         if state.is_completed():
             parts.append(state.result())
-        else:
-            failed.append(f"{agent_id}/{user_id} ({type(state.result(raise_on_failure=False)).__name__})")
+            continue
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, DriftChecksFailed):
+            stored = stored_report(database_url, agent_id, user_id)
+            parts += [stored] if stored is not None else []
+        detail = error.detail if isinstance(error, DriftChecksFailed) else type(error).__name__
+        failed.append(f"{agent_id}/{user_id} ({detail})")
     return merge_reports(parts, dry_run), failed
+
+
+def stored_report(database_url: str | None, agent_id: str, user_id: str) -> DriftReport | None:
+    """The report this flow run stored for the partition (a failed task run returns none of its own)."""
+    from skillflow.storage.reports import report_id
+    from skillflow.storage.schema import reports
+
+    rid = report_id("drift", flow_run_id(), agent_id, user_id)
+    with engine_for(database_url).connect() as conn:
+        body = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar()
+    return DriftReport.model_validate(body) if body is not None else None
 
 
 def fan_out_drift(
@@ -117,5 +153,5 @@ def fan_out_drift(
     )
     with engine_for(database_url).connect() as conn:
         bodies = bodies_of_runs(conn, "drift", [c.flow_run_id for c in children])
-    failed = [f"child run {c.flow_run_id} {c.state.lower()}" for c in children if not c.completed]
+    failed = [c.failure() for c in children if not c.completed]
     return merge_reports([DriftReport.model_validate(b) for b in bodies], dry_run), failed

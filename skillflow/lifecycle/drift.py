@@ -23,15 +23,17 @@ from sqlalchemy import Connection, Engine, case, func, select
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.errors import is_transient
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.reports import report_id, write_report
-from skillflow.storage.schema import skill_activations, skillbox
+from skillflow.storage.schema import skill_activations, skill_events, skillbox
 from skillflow.storage.skills import SkillRecord, get_skill, transition, update_stats
 
 log = logging.getLogger("skillflow.lifecycle.drift")
 
 KNOWN = ("success", "failure")
+ACTOR = "flow:drift-demotion"
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,7 @@ class DriftReport(BaseModel):
     demoted: list[SkillDrift] = Field(default_factory=list)
     flagged: list[str] = Field(default_factory=list)
     skills: list[SkillDrift] = Field(default_factory=list)
+    failed: list[tuple[str, str]] = Field(default_factory=list)  # (skill id, "check failed: <ErrorClass>")
     report_id: str | None = None
 
 
@@ -210,6 +213,7 @@ def merge_reports(parts: list[DriftReport], dry_run: bool) -> DriftReport:
         total.demoted.extend(part.demoted)
         total.flagged.extend(part.flagged)
         total.skills.extend(part.skills)
+        total.failed.extend(part.failed)
     return total
 
 
@@ -219,7 +223,7 @@ def check_skill(
     config: PromotionConfig,
     *,
     dry_run: bool = False,
-    actor: str = "flow:drift-demotion",
+    actor: str = ACTOR,
     flow_run_id: str | None = None,
 ) -> SkillDrift | None:
     """Recompute one skill's figures, store them, demote on drift — one transaction (None: not ACTIVE now)."""
@@ -274,15 +278,27 @@ def run_drift(
 ) -> DriftReport:
     """Check every ACTIVE skill (optionally of one tenant), demote the drifted unless ``dry_run``, store the report.
 
-    The one composition of drift demotion: the ``drift-demotion`` flow runs it. Each tenant that lost a skill
-    has its applicability rule refit afterwards (outside the demotions' transactions; a failure leaves the
-    stale rule, which injects nothing).
+    The one composition of drift demotion: the ``drift-demotion`` flow runs it once per partition. A skill
+    whose check fails on a non-transient error is recorded in ``failed`` (its id and the error class, never
+    the message) and the others are still checked; a transient error propagates so the task retries the
+    partition, and the retry lists the demotions an earlier attempt of the same flow run committed (read
+    back from ``skill_events``), so its report replaces the earlier one without losing them. Each tenant
+    that lost a skill has its applicability rule refit afterwards (outside the demotions' transactions; a
+    failure leaves the stale rule, which injects nothing).
     """
     with engine.connect() as conn:
         ids = active_skill_ids(conn, agent_id, user_id)
-    report = DriftReport(dry_run=dry_run)
+        earlier = [] if dry_run or not flow_run_id else demoted_by_run(conn, flow_run_id, agent_id, user_id)
+    report = DriftReport(dry_run=dry_run, checked=len(earlier), demoted=list(earlier), skills=list(earlier))
     for skill_id in ids:
-        result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)
+        try:
+            result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            report.failed.append((skill_id, f"check failed: {type(exc).__name__}"))
+            log.error("drift: skill %s check failed: %s", skill_id, type(exc).__name__)
+            continue
         if result is None:
             continue
         report.checked += 1
@@ -296,13 +312,58 @@ def run_drift(
         for tenant in sorted({(d.agent_id, d.user_id) for d in report.demoted}):
             refresh_rule(engine, *tenant, embedder=embedder, config=config)
     log.info(
-        "drift: checked=%d demoted=%d flagged=%d dry_run=%s",
+        "drift: checked=%d demoted=%d flagged=%d failed=%d dry_run=%s",
         report.checked,
         len(report.demoted),
         len(report.flagged),
+        len(report.failed),
         dry_run,
     )
     return report
+
+
+def demoted_by_run(conn: Connection, flow_run_id: str, agent_id: str | None, user_id: str | None) -> list[SkillDrift]:
+    """The skills this flow run's drift check already demoted in the scope (an earlier attempt's), as checked.
+
+    Their figures are the ``stats["active"]`` written in the demotion's own transaction.
+    """
+    ev, sk = skill_events.c, skillbox.c
+    q = (
+        select(skillbox)
+        .join(skill_events, ev.skill_id == sk.id)
+        .where(
+            sk.status == SkillStatus.DEMOTED.value,
+            ev.flow_run_id == flow_run_id,
+            ev.to_status == SkillStatus.DEMOTED.value,
+            ev.actor == ACTOR,
+        )
+        .order_by(sk.id)
+    )
+    if agent_id is not None:
+        q = q.where(sk.agent_id == agent_id)
+    if user_id is not None:
+        q = q.where(sk.user_id == user_id)
+    out = []
+    for row in conn.execute(q).mappings():
+        skill = SkillRecord.from_row(row)
+        active = (skill.stats or {}).get("active") or {}
+        out.append(
+            SkillDrift(
+                skill_id=skill.id,
+                agent_id=skill.agent_id,
+                user_id=skill.user_id,
+                name=skill.name,
+                version=skill.version,
+                activations=int(active.get("activations", 0)),
+                rolling_success_rate=active.get("rolling_success_rate"),
+                baseline_success_rate=active.get("baseline_success_rate"),
+                deviation_rate=float(active.get("deviation_rate", 0.0)),
+                decision="demote",
+                reason=skill.demotion_reason,
+                deviation_flag=bool(active.get("deviation_flag", False)),
+            )
+        )
+    return out
 
 
 def store_report(
@@ -332,6 +393,9 @@ def render_markdown(report: DriftReport) -> str:
     head = "# Drift report" + (" (dry run)" if report.dry_run else "")
     lines = [head, "", f"- ACTIVE skills checked: {report.checked}", f"- demoted: {len(report.demoted)}"]
     lines += [f"  - `{d.skill_id}` {d.name} v{d.version}: {d.reason}" for d in report.demoted]
+    if report.failed:
+        lines.append(f"- failed checks (skill left as it was): {len(report.failed)}")
+        lines += [f"  - `{sid}`: {reason}" for sid, reason in report.failed]
     lines.append(f"- deviation review flags (> 50 % of activations took another path): {len(report.flagged)}")
     lines += [f"  - `{sid}`" for sid in report.flagged]
     if report.skills:

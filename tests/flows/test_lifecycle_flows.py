@@ -59,7 +59,7 @@ def test_shadow_and_drift_flows(prefect_harness: None, db_url: str, engine: Engi
         assert get_skill(conn, active.id).status == "demoted"
         stored = conn.execute(select(reports).where(reports.c.kind == "drift")).mappings().one()
     assert stored["body"]["demoted"][0]["reason"] == "drift: rolling 0.60 vs baseline 0.90"
-    assert stored["flow_run_id"] and stored["id"] == report_id("drift", stored["flow_run_id"], None, None)
+    assert stored["flow_run_id"] and stored["id"] == report_id("drift", stored["flow_run_id"], "agent", "u9")
 
 
 def _skill_active(engine: Engine):  # type: ignore[no-untyped-def]

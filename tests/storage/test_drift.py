@@ -1,14 +1,33 @@
-"""Drift: figures from skill_activations, the strict demotion rule, grace, deviation flag, stamps released."""
+"""Drift: figures from skill_activations, the strict demotion rule, grace, deviation flag, stamps released.
+
+A skill whose check fails is recorded and never hides the others' demotions; a retried partition converges.
+"""
 
 from __future__ import annotations
 
+import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from skillflow.kernel.models import SkillStatus
-from skillflow.lifecycle.drift import ActiveFigures, decide, run_drift
-from skillflow.storage.schema import skill_activations, skill_events, workflow_memory
+from skillflow.lifecycle import drift
+from skillflow.lifecycle.drift import ActiveFigures, decide, render_markdown, run_drift
+from skillflow.promotion.calibrate import calibrate
+from skillflow.storage.schema import reports, skill_activations, skill_events, workflow_memory
 from skillflow.storage.skills import get_skill
-from tests.support.lifecycle import class_hash, config, earlier, later, make_skill, other_steps, record
+from tests.support.drift import corrupted, drifting, rule_fingerprint
+from tests.support.lifecycle import (
+    AGENT,
+    EMBEDDER,
+    USER,
+    class_hash,
+    config,
+    earlier,
+    later,
+    make_skill,
+    other_steps,
+    record,
+)
 
 
 def _figures(ok: int, n: int, activations: int | None = None, deviations: int = 0) -> ActiveFigures:
@@ -92,7 +111,7 @@ def test_window_grace_and_shadow_ids(engine: Engine) -> None:
     assert report.skills[0].rolling_success_rate == 1.0 and report.demoted == []
     # A SHADOW skill named in skills_activated is never recorded, so it can never count.
     other = record(engine, "refund please", steps=other_steps())
-    shadow = make_skill(engine, class_hash(engine, other), status=SkillStatus.SHADOW)
+    shadow = make_skill(engine, class_hash(engine, other), status=SkillStatus.SHADOW, name="refund-order")
     record(engine, "refund please", steps=other_steps(), skills=(shadow.id,), ok=False)
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).where(skill_activations.c.skill_id == shadow.id)).scalar() == 0
@@ -127,3 +146,46 @@ def test_counts_advance_from_the_watermark(engine: Engine) -> None:
         active = (get_skill(conn, skill.id).stats or {})["active"]
     assert (active["activations"], active["successes"], active["failures"]) == (7, 6, 1)
     assert active["watermark"] > first["watermark"] and active["window"] == 7
+
+
+def test_a_failing_skill_check_hides_no_demotion(engine: Engine) -> None:
+    drifted, broken = drifting(engine), corrupted(engine)
+    calibrate(engine, AGENT, USER, config(), 1, embedder=EMBEDDER)
+    cfg = config(demotion_success_delta=0.25)
+    report = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-1", embedder=EMBEDDER)
+    assert [d.skill_id for d in report.demoted] == [drifted.id] and report.checked == 1
+    assert report.failed == [(broken.id, "check failed: ValueError")]  # the error class, never its message
+    with engine.connect() as conn:
+        assert get_skill(conn, drifted.id).status == "demoted" and get_skill(conn, broken.id).status == "active"
+        body = conn.execute(select(reports.c.body).where(reports.c.id == report.report_id)).scalar_one()
+    assert [d["skill_id"] for d in body["demoted"]] == [drifted.id]
+    assert body["failed"] == [[broken.id, "check failed: ValueError"]]
+    stored, live = rule_fingerprint(engine)
+    assert stored == live  # the rule was refit to the live set without the demoted skill
+    assert "check failed: ValueError" in render_markdown(report)
+
+
+def test_a_retried_partition_reports_the_earlier_attempts_demotions(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drifted = drifting(engine)
+    cfg = config(demotion_success_delta=0.25)
+
+    def lost(*_args: object) -> str:
+        raise OperationalError("INSERT INTO reports", {}, ConnectionError("connection lost"))
+
+    monkeypatch.setattr(drift, "store_report", lost)
+    with pytest.raises(OperationalError):  # transient: the task would retry the partition
+        run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-2", embedder=EMBEDDER)
+    monkeypatch.undo()
+    retry = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-2", embedder=EMBEDDER)
+    again = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-2", embedder=EMBEDDER)
+    assert [d.skill_id for d in retry.demoted] == [drifted.id] and retry.checked == 1
+    assert retry.demoted[0].reason == "drift: rolling 0.60 vs baseline 0.90"
+    assert retry.demoted[0].rolling_success_rate == 0.6 and retry.demoted[0].activations == 10
+    assert again.model_dump() == retry.model_dump()  # converged
+    with engine.connect() as conn:
+        stored = conn.execute(select(reports.c.body).where(reports.c.kind == "drift")).scalars().all()
+    assert len(stored) == 1 and [d["skill_id"] for d in stored[0]["demoted"]] == [drifted.id]
+    other = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-3")
+    assert other.demoted == [] and other.checked == 0  # another flow run does not re-list it

@@ -1,0 +1,68 @@
+"""drift-demotion in local mode: each partition is its own unit of work; a failing skill check hides nothing.
+
+Three tenants; tenant u2 has a drifting skill and a skill whose stored drift state is corrupted. The flow
+checks every partition, stores one report each, demotes and emits the drifted skills (u2's included), refits
+u2's rule, and ends Failed naming u2 and the failed skill.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from flows.drift_demotion import DriftDemotionParams, drift_demotion
+from skillflow.promotion.calibrate import calibrate
+from skillflow.storage.reports import report_id
+from skillflow.storage.schema import reports, skillbox
+from tasks import events
+from tests.support.drift import corrupted, drifting, rule_fingerprint
+from tests.support.lifecycle import AGENT, EMBEDDER, config
+
+pytestmark = pytest.mark.prefect
+USERS = ["u1", "u2", "u3"]
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_one_tenants_failed_check_stops_nothing(
+    prefect_harness: None, db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drifted = {u: drifting(engine, user=u).id for u in USERS}
+    broken = corrupted(engine, user="u2").id
+    calibrate(engine, AGENT, "u2", config(), 1, embedder=EMBEDDER)
+    sent: list[tuple[str, str, dict[str, str] | None, Any]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
+
+    params = DriftDemotionParams(database_url=db_url, config_overrides={"demotion_success_delta": 0.25})
+    state = drift_demotion(params, return_state=True)
+    assert state.is_failed()
+    assert state.message and f"1 failed: {AGENT}/u2 (skill {broken[:12]} check failed: ValueError)" in state.message
+
+    with engine.connect() as conn:
+        status = dict(conn.execute(select(skillbox.c.id, skillbox.c.status)).all())
+        stored = conn.execute(select(reports.c.id, reports.c.user_id, reports.c.body, reports.c.flow_run_id)).all()
+    assert all(status[s] == "demoted" for s in drifted.values()) and status[broken] == "active"
+    assert sorted(u for _, u, _, _ in stored) == USERS  # one report per partition, the failed one's included
+    by_user = {u: body for _, u, body, _ in stored}
+    assert [d["skill_id"] for d in by_user["u2"]["demoted"]] == [drifted["u2"]]
+    assert by_user["u2"]["failed"] == [[broken, "check failed: ValueError"]]
+    assert all([d["skill_id"] for d in by_user[u]["demoted"]] == [drifted[u]] for u in ("u1", "u3"))
+    assert all(rid == report_id("drift", run, AGENT, u) for rid, u, _, run in stored)
+    demoted_events = {
+        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
+    }
+    assert demoted_events == {(f"skillflow.skill.{drifted[u]}", u) for u in USERS}  # u2's demotion is not hidden
+    stored_fp, live_fp = rule_fingerprint(engine, "u2")
+    assert stored_fp == live_fp  # u2's rule was refit without its demoted skill
+
+
+def test_a_scoped_run_checks_only_its_partitions(prefect_harness: None, db_url: str, engine: Engine) -> None:
+    drifted = {u: drifting(engine, user=u).id for u in ("u1", "u2")}
+    params = DriftDemotionParams(database_url=db_url, user_id="u2", config_overrides={"demotion_success_delta": 0.25})
+    report = drift_demotion(params)
+    assert [d.skill_id for d in report.demoted] == [drifted["u2"]] and report.failed == []
+    with engine.connect() as conn:
+        status = dict(conn.execute(select(skillbox.c.user_id, skillbox.c.status)).all())
+        stored = conn.execute(select(reports.c.user_id)).scalars().all()
+    assert status == {"u1": "active", "u2": "demoted"} and stored == ["u2"]
