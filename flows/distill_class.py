@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 from skillflow.kernel.config import load_promotion_config
 from skillflow.promotion.report import PromotionReport
 from tasks.common import params_run_name
+from tasks.events import emit_promotion
 from tasks.promotion import distill_one_class
 from tasks.reporting import publish_report
 
@@ -36,4 +37,5 @@ def distill_class(params: DistillClassParams) -> PromotionReport:
         params.database_url, params.agent_id, params.user_id, params.canonical_hash, config, params.dry_run
     )
     publish_report([report])
+    emit_promotion([report])  # skill.promoted / class.rejected, like a cycle
     return report

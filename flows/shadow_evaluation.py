@@ -58,9 +58,9 @@ def shadow_evaluation(params: ShadowEvaluationParams | None = None) -> DrainRepo
         requeue_backlog(params.database_url, params.backlog_since)
     if not params.dry_run and resolve_mode(params.fan_out) == "pool":
         child = params.model_dump(mode="json", exclude={"fan_out", "chunks", "evaluate_backlog", "backlog_since"})
-        pending, failed = fan_out_drains(params.database_url, child, params.chunks)
+        drains, pending, failed = fan_out_drains(params.database_url, child, params.chunks)
         report = DrainReport(pending_left=pending)
-        publish_shadow_summary(report)
+        publish_shadow_summary(report, drains)
         if failed:
             raise ShadowDrainsFailed(f"{len(failed)} drain(s) failed: " + "; ".join(failed))
         return report

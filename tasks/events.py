@@ -1,7 +1,8 @@
-"""Prefect events for operators and automations: skills promoted, activated, demoted, rejected; backlog; quality.
+"""Prefect events for operators and automations: every skill transition; outbox backlog; data quality.
 
-Events are emitted by the orchestration layer from the reports the domain returns (the domain never imports
-Prefect). Emitting never breaks a run: any error is logged by class and dropped. Resources are
+Events are emitted by the orchestration layer (flows, tasks, the CLI) from what the domain returns (the domain
+never imports Prefect). Emitting never breaks a run or a command: any error is logged by class and dropped.
+The CLI emits only when a Prefect API is configured and never starts a server for it. Resources are
 ``skillflow.skill.<id>`` (or ``skillflow.class.<hash>`` for a rejected class, ``skillflow.outbox.<db>``,
 ``skillflow.quality.<report id>``) with ``skillflow.agent_id`` / ``skillflow.user_id`` labels; payloads carry
 ids and counts only (docs/guide/ops.md, "Events and automations").
@@ -19,6 +20,8 @@ PROMOTED = "skillflow.skill.promoted"
 ACTIVATED = "skillflow.skill.activated"
 DEMOTED = "skillflow.skill.demoted"
 REJECTED = "skillflow.skill.rejected"  # a reviewer rejected the skill
+DEPRECATED = "skillflow.skill.deprecated"  # the cycle's staleness sweep: a declared tool is gone
+ROLLED_BACK = "skillflow.skill.rolled_back"  # an earlier version made ACTIVE again
 CLASS_REJECTED = "skillflow.class.rejected"  # a cycle rejected a class (distillation or validation)
 BACKLOG = "skillflow.outbox.backlog"
 QUALITY_BLOCKING = "skillflow.quality.blocking"
@@ -41,7 +44,8 @@ def tenant(agent_id: str, user_id: str) -> dict[str, str]:
 
 
 def emit_promotion(reports: Iterable[Any]) -> int:
-    """One ``skill.promoted`` per new skill and one ``class.rejected`` per rejected class of each cycle report."""
+    """Per cycle report: ``skill.promoted`` per new skill, ``class.rejected`` per rejected class and
+    ``skill.deprecated`` per skill the staleness sweep deprecated."""
     sent = 0
     for r in reports:
         if r.dry_run:
@@ -52,6 +56,8 @@ def emit_promotion(reports: Iterable[Any]) -> int:
         for canonical_hash, reasons in r.rejected:
             payload = {"cycle": r.cycle, "canonical_hash": canonical_hash, "reasons": len(reasons)}
             sent += emit(CLASS_REJECTED, f"skillflow.class.{canonical_hash}", labels, payload)
+        for skill_id, _reason in r.deprecated:
+            sent += emit(DEPRECATED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle})
     return sent
 
 
@@ -90,3 +96,34 @@ def emit_quality_blocking(report_id: str, failed_checks: list[str]) -> bool:
     return emit(
         QUALITY_BLOCKING, f"skillflow.quality.{report_id}", None, {"failed": failed_checks, "count": len(failed_checks)}
     )
+
+
+def emit_decision(event: str, skill: Any, payload: dict[str, Any], drain_seconds: float = 10.0) -> bool:
+    """A transition made outside a flow (the CLI): sent only when a Prefect API is configured and up, then flushed.
+
+    Without ``PREFECT_API_URL`` nothing is sent (the events client would start an ephemeral server); an API
+    that does not answer its health check gets a warning instead of the event. The command's process ends
+    right after, so the event is flushed here, for up to ``drain_seconds``. Never raises.
+    """
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.events.worker import EventsWorker
+        from prefect.settings import PREFECT_API_URL
+
+        api = PREFECT_API_URL.value()
+        if not api:
+            return False
+        with get_client(sync_client=True) as client:
+            down = client.api_healthcheck()
+        if down is not None:
+            log.warning(
+                "event %s not emitted: the Prefect API at %s is unreachable (%s)", event, api, type(down).__name__
+            )
+            return False
+        sent = emit(event, f"skillflow.skill.{skill.id}", tenant(skill.agent_id, skill.user_id), payload)
+        if sent:
+            EventsWorker.drain_all(timeout=drain_seconds, at_exit=False)
+        return sent
+    except Exception as exc:  # noqa: BLE001 - an event must never fail the command
+        log.warning("event %s not emitted: %s", event, type(exc).__name__)
+        return False

@@ -127,6 +127,10 @@ class ChildRun:
     def completed(self) -> bool:
         return self.state == "COMPLETED"
 
+    def failure(self) -> str:
+        """How a child that did not complete ended, with its state message (a failed child names its partitions)."""
+        return f"child run {self.flow_run_id} {self.state.lower()}" + (f" ({self.message})" if self.message else "")
+
 
 def run_children(
     deployment: str, parameters: Sequence[dict[str, Any]], parent_id: str | None, settings: FleetSettings

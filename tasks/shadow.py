@@ -50,14 +50,20 @@ def requeue_backlog(database_url: str | None, since: datetime | None) -> int:
 
 
 @task(cache_policy=NO_CACHE, task_run_name="publish-shadow-summary")
-def publish_shadow_summary(report: DrainReport) -> None:
+def publish_shadow_summary(report: DrainReport, drains: int = 0) -> None:
+    """The drain's counts; a pool parent (``drains`` > 0) did no batch itself and points at its children."""
+    counts = [
+        f"- batches: {report.batches}; runs claimed: {report.claimed}; runs with evidence: {report.evaluated_runs}",
+        f"- records appended: {report.records}; runs without a fresh candidate: {report.no_candidate}",
+        f"- failed (left in the outbox): {report.failed}; skills reconciled: {report.skills_reconciled}",
+    ]
+    if drains:
+        counts = [f"- fan-out: {drains} concurrent drain(s) ({CHILD_DEPLOYMENT}); each child run has its counts"]
     lines = [
         "# Shadow evaluation",
         "",
         f"- status: {report.status}",
-        f"- batches: {report.batches}; runs claimed: {report.claimed}; runs with evidence: {report.evaluated_runs}",
-        f"- records appended: {report.records}; runs without a fresh candidate: {report.no_candidate}",
-        f"- failed (left in the outbox): {report.failed}; skills reconciled: {report.skills_reconciled}",
+        *counts,
         f"- still pending: {report.pending_left if report.pending_left is not None else 'n/a'}",
     ]
     create_markdown_artifact(
@@ -85,10 +91,10 @@ CHILD_DEPLOYMENT = "shadow-evaluation/shadow-drain"
 
 def fan_out_drains(
     database_url: str | None, child_params: dict[str, object], chunks: int | None
-) -> tuple[int, list[str]]:
+) -> tuple[int, int, list[str]]:
     """Pool mode: ``chunks`` concurrent drains on the workers (the outbox claims give them disjoint batches).
 
-    Returns the runs still pending afterwards and the child runs that did not complete.
+    Returns how many drains ran, the runs still pending afterwards and the child runs that did not complete.
     """
     from skillflow.storage.outbox import pending_count
     from tasks.fanout import FleetSettings, run_children, worker_slots
@@ -100,4 +106,4 @@ def fan_out_drains(
     children = run_children(CHILD_DEPLOYMENT, params, flow_run_id(), settings)
     with engine_for(database_url).connect() as conn:
         pending = pending_count(conn)
-    return pending, [f"child run {c.flow_run_id} {c.state.lower()}" for c in children if not c.completed]
+    return n, pending, [c.failure() for c in children if not c.completed]

@@ -4,6 +4,10 @@ A promotion cycle over 20 tenants fans out to both workers; every partition's re
 no class is promoted twice, and the tenant whose distillation the provider refuses (HTTP 400, through the
 real OpenAI SDK against a local server) leaves the other 19 promoted. A second cycle started at the same
 time is cancelled (CANCEL_NEW); a demotion event re-qualifies its tenant through the shipped automation.
+Then drift demotion and shadow evaluation run on the pool at once: drift fans out to ``drift-partitions``
+children that store one report per partition exactly once while the tenant with a corrupted drift state
+fails alone (its report names the failed skill); shadow evaluation fans out to two ``shadow-drain`` children
+that empty the outbox, evaluating every fresh run exactly once.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,7 +33,9 @@ from skillflow.promotion import cycle
 from skillflow.promotion.distill import OfflineDistiller
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
-from skillflow.storage.schema import reports, skillbox
+from skillflow.storage.outbox import pending_count
+from skillflow.storage.schema import reports, shadow_observations, skillbox, workflow_memory
+from skillflow.storage.skills import list_skills, update_stats
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN
 from tests.support.promotion import AGENT, agent, config, record_cancel, record_payment
 
@@ -40,7 +47,10 @@ pytestmark = [
 ]
 TENANTS = [f"u{i:02d}" for i in range(20)]
 REFUSED = "u13"  # its class is the one the provider answers 400 for
+CORRUPT = "u07"  # its skill's drift state is corrupted: its drift check fails, the others complete
+SHADOW_TENANT = "s00"  # promoted to SHADOW after the cycle; fresh runs are evidence for it
 OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
+SHADOW_ON = {"shadow_evaluation_enabled": True}
 
 
 def provider(replies: dict[str, str], refused: str) -> tuple[ThreadingHTTPServer, list[str]]:
@@ -131,6 +141,7 @@ def wait_final(run_ids: list[Any], timeout: float) -> list[Any]:
             time.sleep(1)
 
 
+@pytest.mark.usefixtures("offline_providers")  # this process's own seeding: no model load
 def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
@@ -192,10 +203,20 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
                 [ran] = wait_final([requalify.id], 90)
                 assert ran.state.is_completed(), ran.state
                 check_rows(url, good, bad, {str(c.id) for c in children}, requalified="u05")
+
+                # Drift demotion and shadow evaluation on the pool, at once: each fans out to its children.
+                fresh = prepare_drift_and_shadow(url)
+                drift_params = {"params": {"database_url": url}}
+                shadow_params = {"params": {"database_url": url, "batch_size": 10, "config_overrides": SHADOW_ON}}
+                drift = run_deployment("drift-demotion/drift-demotion", parameters=drift_params, timeout=0)
+                shadow = run_deployment("shadow-evaluation/shadow-evaluation", parameters=shadow_params, timeout=0)
+                drift, shadow = wait_final([drift.id, shadow.id], 120)
+                check_drift(url, drift, children_of(drift.id))
+                check_shadow(url, shadow, children_of(shadow.id), fresh)
     finally:
         llm.shutdown()
         llm.server_close()
-    assert time.monotonic() - started < 240
+    assert time.monotonic() - started < 330
 
 
 def wait_requalify(timeout: float) -> Any:
@@ -238,3 +259,83 @@ def check_rows(url: str, good: str, bad: str, child_ids: set[str], requalified: 
     [(h, reasons)] = by_user[REFUSED]["rejected"]
     assert h == bad and reasons[0].startswith("distillation failed: ") and by_user[REFUSED]["promoted"] == []
     assert all(len(by_user[t]["promoted"]) == 1 for t in TENANTS if t != REFUSED)
+
+
+def children_of(parent_id: Any) -> list[Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        flt = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id]))
+        runs = client.read_flow_runs(flow_run_filter=flt)
+        deployments = {r.deployment_id: client.read_deployment(r.deployment_id).name for r in runs if r.deployment_id}
+    return [(r, deployments.get(r.deployment_id)) for r in runs]
+
+
+def prepare_drift_and_shadow(url: str) -> list[str]:
+    """Corrupt CORRUPT's drift watermark; land a SHADOW skill for SHADOW_TENANT and record 4 fresh runs for it."""
+    engine = make_engine(url)
+    with engine.begin() as conn:
+        [skill] = list_skills(conn, AGENT, CORRUPT)
+        bad = {"since": skill.activated_at.isoformat() if skill.activated_at else None, "watermark": "not-a-timestamp"}
+        update_stats(conn, skill.id, {"active": {**bad, "watermark_run": "x"}})
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, SHADOW_TENANT, i)
+    assert cycle.run_partition(engine, AGENT, SHADOW_TENANT, config(require_shadow=True)).promoted
+    now = utcnow()
+    fresh = [f"cancel-{SHADOW_TENANT}-{i}" for i in range(6, 10)]
+    for i in range(6, 10):
+        record_cancel(sf, SHADOW_TENANT, i, when=now + timedelta(seconds=i))
+    engine.dispose()
+    return fresh
+
+
+def check_drift(url: str, parent: Any, children: list[Any]) -> None:
+    """One drift report per partition, each written once by a child; the corrupted one alone failed."""
+    message = parent.state.message or ""
+    assert parent.state.is_failed() and f"{AGENT}/{CORRUPT} (skill " in message, parent.state
+    assert "check failed: ValueError" in message, parent.state
+    assert len(children) == 2 and {name for _, name in children} == {"drift-partitions"}
+    assert sorted(r.state.type.value for r, _ in children) == ["COMPLETED", "FAILED"]
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        stored = conn.execute(
+            select(reports.c.user_id, reports.c.flow_run_id, reports.c.body).where(reports.c.kind == "drift")
+        ).all()
+        corrupt = conn.execute(
+            select(skillbox.c.status).where(skillbox.c.user_id == CORRUPT, skillbox.c.agent_id == AGENT)
+        ).scalar()
+    engine.dispose()
+    checked = sorted(t for t in TENANTS if t != REFUSED)
+    assert sorted(u for u, _, _ in stored) == checked  # exactly once each, the failed one's too
+    assert [len(b["failed"]) for u, _, b in stored if u == CORRUPT] == [1]
+    assert {f for _, f, _ in stored} == {str(r.id) for r, _ in children}  # both children stored reports
+    assert corrupt == "active"  # its failed check changed nothing
+
+
+def check_shadow(url: str, parent: Any, children: list[Any], fresh: list[str]) -> None:
+    """The outbox drained by two concurrent drains; every fresh run evaluated exactly once."""
+    assert parent.state.is_completed(), parent.state
+    assert len(children) == 2 and {name for _, name in children} == {"shadow-drain"}
+    assert all(r.state.is_completed() and r.work_pool_name == "compute" for r, _ in children)
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        assert pending_count(conn) == 0
+        evaluated = conn.execute(select(workflow_memory.c.id, workflow_memory.c.shadow_evaluations)).all()
+        observed = conn.execute(select(shadow_observations.c.run_id)).scalars().all()
+    engine.dispose()
+    records = {run_id: [r["idempotency_key"] for r in recs] for run_id, recs in evaluated if recs}
+    assert sorted(records) == fresh and all(len(keys) == 1 for keys in records.values()), records
+    assert sorted(observed) == fresh  # one observation per fresh run: none evaluated twice
+    [summary] = artifacts_of(parent.id, "shadow-evaluation")
+    assert "fan-out: 2 concurrent drain(s)" in summary and "still pending: 0" in summary, summary
+
+
+def artifacts_of(flow_run_id: Any, key: str) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    flt = ArtifactFilter(key=ArtifactFilterKey(any_=[key]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+    with get_client(sync_client=True) as client:
+        return [str(a.data) for a in client.read_artifacts(artifact_filter=flt)]

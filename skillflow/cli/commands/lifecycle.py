@@ -103,6 +103,7 @@ def activate_cmd(
     chosen: Literal["user", "developer"] | None = (
         None if role is None else ("developer" if role == "developer" else "user")
     )
+    before = _status(engine, full)
     try:
         skill = activate_skill(
             engine, full, chosen, actor=_actor(actor), config=load_promotion_config(), revision=revision
@@ -114,6 +115,9 @@ def activate_cmd(
         fail(str(exc))
         return
     _done(skill, json, "activated")
+    if before != skill.status:  # not a repeat of an activation already applied
+        decision = {"decision": f"activate_{skill.injection_role}", "injection_role": skill.injection_role}
+        _announce("skillflow.skill.activated", skill, {**decision, "version": skill.version})
 
 
 @app.command("reject")
@@ -135,12 +139,28 @@ def demote_cmd(
 def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, db: str | None, json: bool) -> None:
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
+    before = _status(engine, full)
     try:
         skill = fn(engine, full, reason, actor=_actor(actor))
     except (InvalidTransition, ValueError) as exc:
         fail(str(exc))
         return
     _done(skill, json, verb)
+    if before != skill.status:  # not a repeat of a decision already applied
+        decision = {"rejected": "reject", "demoted": "demote"}[verb]
+        _announce(f"skillflow.skill.{verb}", skill, {"decision": decision, "version": skill.version})
+
+
+def _status(engine: Engine, skill_id: str) -> str | None:
+    with engine.connect() as conn:
+        return conn.execute(select(skillbox.c.status).where(skillbox.c.id == skill_id)).scalar()
+
+
+def _announce(event: str, skill: SkillRecord, payload: dict[str, Any]) -> None:
+    """The transition's Prefect event, when a Prefect API is configured (docs/guide/ops.md, events table)."""
+    from tasks.events import emit_decision
+
+    emit_decision(event, skill, payload)
 
 
 @app.command("review")

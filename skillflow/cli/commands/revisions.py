@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
-from skillflow.cli.commands.lifecycle import ActorOption, IdArg, ReasonOption, _actor, resolve_id
+from skillflow.cli.commands.lifecycle import ActorOption, IdArg, ReasonOption, _actor, _announce, resolve_id
 from skillflow.kernel.config import load_promotion_config
 
 STATUSES = ("candidate", "shadow", "active", "deprecated", "demoted", "rejected")
@@ -141,10 +141,13 @@ def rollback_cmd(
     """Make an earlier version of the class ACTIVE again (tools re-checked); the current one leaves with the reason."""
     from skillflow.lifecycle.decisions import ActivationRefused
     from skillflow.lifecycle.rollback import rollback_skill
-    from skillflow.storage.skills import InvalidTransition
+    from skillflow.storage.skills import InvalidTransition, get_skill, live_skill_for_class
 
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
+    with engine.connect() as conn:
+        chosen = get_skill(conn, full)
+        live = live_skill_for_class(conn, chosen.agent_id, chosen.user_id, chosen.canonical_hash)
     try:
         skill = rollback_skill(engine, full, to, actor=_actor(actor), reason=reason, config=load_promotion_config())
     except ActivationRefused as exc:
@@ -155,8 +158,12 @@ def rollback_cmd(
         return
     if json:
         print_json({"skill_id": skill.id, "version": skill.version, "status": skill.status})
-        return
-    console.print(f"rolled back: [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}) is {skill.status}")
+    else:
+        console.print(f"rolled back: [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}) is {skill.status}")
+    if live is None or live.id != skill.id:  # rolling back to the ACTIVE version itself changes nothing
+        with engine.connect() as conn:
+            replaced = {"replaced": live.id, "replaced_status": get_skill(conn, live.id).status} if live else {}
+        _announce("skillflow.skill.rolled_back", skill, {"decision": "rollback", "version": skill.version, **replaced})
 
 
 @app.command("export")

@@ -1,0 +1,125 @@
+"""Transitions made from the CLI emit the same Prefect events as the flows, and only with a Prefect API configured.
+
+Two commands run as their own processes (as an operator runs them), which also proves the event is flushed
+before the process ends; the others run in this process. The events are read back from the suite's real
+(ephemeral) Prefect server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from skillflow.cli import app
+from skillflow.promotion import cycle
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from tests.support.promotion import AGENT, agent, config, record_cancel
+
+pytestmark = [pytest.mark.prefect, pytest.mark.slow]
+SKILLFLOW = Path(sys.executable).parent / "skillflow"
+
+
+def shadow_skills(url: str, users: list[str]) -> dict[str, str]:
+    """One SHADOW skill (v1 of the cancel class) per user: user -> skill id."""
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    out = {}
+    for user in users:
+        for i in range(6):
+            record_cancel(sf, user, i)
+        report = cycle.run_partition(engine, AGENT, user, config(require_shadow=True), force=True)
+        [out[user]] = report.promoted
+    engine.dispose()
+    return out
+
+
+def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(SKILLFLOW), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect-home"), SKILLFLOW_EMBEDDER="hashing", COLUMNS="200", **extra)
+    return env
+
+
+def skill_events(skill_ids: list[str], expected: int, timeout: float = 30.0) -> list[Any]:
+    """The ``skillflow.skill.*`` events the server stored for these skills (waits for ``expected`` of them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    ids = [f"skillflow.skill.{s}" for s in skill_ids]
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            flt = EventFilter(event=EventNameFilter(prefix=["skillflow.skill."]), resource=EventResourceFilter(id=ids))
+            events = list(client.read_events(flt, limit=50).events)
+            if len(events) >= expected or time.monotonic() > deadline:
+                return sorted(events, key=lambda e: e.occurred)
+            time.sleep(0.5)
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_cli_transitions_emit_events_with_tenant_labels(prefect_harness: None, tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    url = f"sqlite:///{tmp_path / 'events.db'}"
+    skills = shadow_skills(url, ["u1", "u2", "u3"])
+    env = base_env(tmp_path, PREFECT_API_URL=str(PREFECT_API_URL.value()))
+    one, two = skills["u1"], skills["u2"]
+    for args in (["activate", one], ["demote", one, "--reason", "drifted in production"]):  # own processes
+        done = cli(env, *args, "--db", url)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert "not emitted" not in done.stderr, done.stderr
+    for args in (
+        ["rollback", one, "--to", "1", "--reason", "the drift was an outage"],
+        ["reject", two, "--reason", "wrong procedure"],
+        ["activate", one],  # already ACTIVE: a no-op, no second event
+    ):
+        result = CliRunner().invoke(app, [*args, "--db", url])
+        assert result.exit_code == 0, (args, result.output)
+
+    events = skill_events([one, two], expected=4)
+    got = [(e.event, e.resource.id, e.payload) for e in events]
+    assert got == [
+        ("skillflow.skill.activated", f"skillflow.skill.{one}",
+         {"decision": "activate_user", "injection_role": "user", "version": 1}),
+        ("skillflow.skill.demoted", f"skillflow.skill.{one}", {"decision": "demote", "version": 1}),
+        ("skillflow.skill.rolled_back", f"skillflow.skill.{one}", {"decision": "rollback", "version": 1}),
+        ("skillflow.skill.rejected", f"skillflow.skill.{two}", {"decision": "reject", "version": 1}),
+    ]  # fmt: skip
+    labels = [(e.resource.get("skillflow.agent_id"), e.resource.get("skillflow.user_id")) for e in events]
+    assert labels == [(AGENT, "u1")] * 3 + [(AGENT, "u2")]
+
+    # No API configured: the same output as always, nothing on stderr, exit 0 — and no server started for it
+    # (ephemeral mode refused, so an attempt to emit would surface as a warning).
+    quiet = base_env(tmp_path, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE="false")
+    three = skills["u3"]
+    done = cli(quiet, "reject", three, "--reason", "not needed", "--db", url, "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout) == {"skill_id": three, "status": "rejected", "injection_role": "user"}
+    assert skill_events([three], expected=1, timeout=3) == []
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_an_unreachable_prefect_api_is_a_warning_never_a_failure(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'down.db'}"
+    [one] = shadow_skills(url, ["u1"]).values()
+    env = base_env(tmp_path, PREFECT_API_URL="http://127.0.0.1:9/api")  # nothing listens on port 9
+    done = cli(env, "activate", one, "--db", url)
+    assert done.returncode == 0, done.stderr
+    assert f"({one}): active, user" in done.stdout
+    assert "event skillflow.skill.activated not emitted: the Prefect API at http://127.0.0.1:9/api is unreachable" in (
+        done.stderr
+    )
