@@ -12,6 +12,7 @@ from prefect import get_run_logger
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.promotion import cycle
+from skillflow.promotion.chunk import Prefetched, prefetch
 from skillflow.promotion.report import PromotionReport
 from skillflow.storage.aggregate import partitions
 from tasks.common import engine_for, flow_run_id, stage, task_run_namer
@@ -19,11 +20,28 @@ from tasks.common import engine_for, flow_run_id, stage, task_run_namer
 
 @stage(run_name=task_run_namer("list-partitions", "agent_id", "user_id"))
 def list_partitions(database_url: str | None, agent_id: str | None, user_id: str | None) -> list[tuple[str, str]]:
-    """Every (agent, user) partition with stored runs, optionally narrowed to one agent or user ("" = all)."""
+    """Every (agent, user) partition with stored runs, optionally narrowed to one agent or user ("" = all), from the
+    maintained partition counters (docs/guide/aggregate.md)."""
     with engine_for(database_url).connect() as conn:
         found = partitions(conn, agent_id or None, user_id or None)
     get_run_logger().info("%d partition(s) with stored runs", len(found))
     return found
+
+
+@stage(run_name="read-chunk")
+def read_chunk(
+    database_url: str | None,
+    partitions: list[tuple[str, str]],
+    config: PromotionConfig,
+    dry_run: bool,
+    force: bool,
+    run_id: str | None,
+) -> dict[tuple[str, str], Prefetched]:
+    """One read for a chunk: fold its pending runs, every partition's counters, the due ones' statistics."""
+    shared = prefetch(engine_for(database_url), partitions, config, dry_run=dry_run, force=force, flow_run_id=run_id)
+    due = sum(1 for p in shared.values() if p.stats is not None)
+    get_run_logger().info("chunk of %d partition(s): %d due with prefetched statistics", len(partitions), due)
+    return shared
 
 
 def log_report(report: PromotionReport) -> None:
@@ -52,8 +70,9 @@ def cycle_partition(
     now: datetime,
     dry_run: bool,
     force: bool,
+    prefetched: Prefetched | None = None,
 ) -> PromotionReport:
-    """One partition's cycle (sweep → gates → rank → distill → validate → land → report)."""
+    """One partition's cycle (sweep → gates → rank → distill → validate → land → report), from its chunk's read."""
     report = cycle.run_partition(
         engine_for(database_url),
         agent_id,
@@ -63,6 +82,7 @@ def cycle_partition(
         force=force,
         now=now,
         flow_run_id=flow_run_id(),
+        prefetched=prefetched,
     )
     log_report(report)
     return report
@@ -112,15 +132,20 @@ def run_partitions(
     Partitions are isolated: one that fails (after its transient retries) gets a stored report naming the
     stage and error class, and the next one still runs. ``limit`` names the global concurrency limit each
     partition holds while it runs (pool mode); the per-partition lease stays the guard against a double
-    promotion. Events for promoted skills and rejected classes follow each partition.
+    promotion. Events for promoted skills and rejected classes follow each partition. One read serves the chunk
+    (:func:`skillflow.promotion.chunk.prefetch`): a partition that is not due costs no statement.
     """
     from tasks.events import emit_promotion
     from tasks.fanout import partition_slot
 
+    shared = read_chunk(database_url, partitions, config, dry_run, force, flow_run_id()) if partitions else {}
     reports: list[PromotionReport] = []
     for agent_id, user_id in partitions:
+        mine = shared.get((agent_id, user_id))
         with partition_slot(limit):
-            state = cycle_partition(database_url, agent_id, user_id, config, now, dry_run, force, return_state=True)
+            state = cycle_partition(
+                database_url, agent_id, user_id, config, now, dry_run, force, mine, return_state=True
+            )
         if state.is_completed():
             report = state.result()
         else:

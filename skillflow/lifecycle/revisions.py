@@ -7,7 +7,8 @@ the first edit lands. An edit is validated by :func:`skillflow.promotion.validat
 evidence rebuilt from the version's source runs (so literals of those runs are still refused), is refused
 as a whole when any check fails (the refused text is not stored: it may hold a literal), and otherwise lands
 in one transaction with its ``edited`` event (editor, time, unified diff) and the rebuilt applicability
-vectors. Two concurrent edits of one revision collide on the primary key: one lands, one is refused.
+vectors. Two concurrent edits of one revision collide on the primary key: one lands, one is refused. An edit
+that renames the skill to a name another live skill of the tenant holds is refused (``live_name_key``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.skillmd import SkillMdError, parse_skill_md, procedure_tools
 from skillflow.storage.aggregate import _steps_list, aggregate_classes, class_signature
 from skillflow.storage.schema import skill_events, skill_revisions, skillbox, workflow_memory
-from skillflow.storage.skills import SkillRecord, get_skill, record_event
+from skillflow.storage.skills import SkillRecord, get_skill, live_name_key, name_holder, record_event
 
 log = logging.getLogger("skillflow.lifecycle.revisions")
 
@@ -253,6 +254,9 @@ def edit_skill(
             fresh = get_skill(conn, skill.id)
             if fresh.status not in EDITABLE or current_revision(conn, skill.id) != current:
                 raise EditRefused(["the skill changed while the edit was validated; re-read it and edit again"])
+            holder = name_holder(conn, fresh.agent_id, fresh.user_id, parsed.name)
+            if holder is not None and holder.id != fresh.id:
+                raise EditRefused([_name_taken(parsed.name, holder)])
             if current == 1 and not _has_revisions(conn, skill.id):
                 _insert_revision(
                     conn, fresh, 1, fresh.content, _creator(conn, fresh), None, fresh.updated_at, fresh.validation
@@ -263,6 +267,7 @@ def edit_skill(
                 .where(skillbox.c.id == skill.id)
                 .values(
                     name=parsed.name,
+                    live_name_key=live_name_key(fresh.agent_id, fresh.user_id, parsed.name),  # EDITABLE = live
                     description=parsed.description,
                     content=content,
                     preconditions=list(parsed.preconditions),
@@ -279,10 +284,21 @@ def edit_skill(
                          "content_sha256": content_sha(content), "checks": dict(result.checks)},
             )  # fmt: skip
             write_skill_vectors(conn, updated, embedder, config.max_trigger_queries)
-    except IntegrityError as exc:  # a concurrent edit took this revision number first
+    except IntegrityError as exc:  # a concurrent edit took this revision number first, or a store the name
+        with engine.connect() as conn:
+            holder = name_holder(conn, skill.agent_id, skill.user_id, parsed.name)
+        if holder is not None and holder.id != skill.id:
+            raise EditRefused([_name_taken(parsed.name, holder)]) from exc
         raise EditRefused([f"revision {new} was written concurrently; re-read the skill and edit again"]) from exc
     log.info("skill %s edited: revision %d -> %d by %s", skill.id, current, new, editor)
     return EditResult(skill.id, new, True, dict(result.checks), diff)
+
+
+def _name_taken(name: str, holder: SkillRecord) -> str:
+    return (
+        f"name {name} is used by live skill {holder.id} (v{holder.version}, {holder.status}) of the tenant; "
+        "choose another name"
+    )
 
 
 def _has_revisions(conn: Connection, skill_id: str) -> bool:

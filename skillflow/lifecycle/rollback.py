@@ -4,7 +4,8 @@ Only a version that was once ACTIVE (it has ``activated_at``) can come back; it 
 agent's current toolbox (staleness) and, for developer authority, the same rules as an activation. The
 live version of the class (if any) leaves first — ACTIVE is demoted, SHADOW/CANDIDATE rejected — with the
 reviewer's reason, its stamps released; then the earlier version is reinstated and stamps the class. The
-unique ``live_key`` keeps a concurrent activation from leaving two live versions.
+unique ``live_key`` keeps a concurrent activation from leaving two live versions, and ``live_name_key`` another
+class's live skill from sharing the earlier version's name: such a rollback is refused with the holder named.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from sqlalchemy import Connection, Engine, update
+from sqlalchemy.exc import IntegrityError
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
@@ -24,8 +26,9 @@ from skillflow.storage.skills import (
     SkillRecord,
     get_skill,
     list_skills,
-    live_key,
+    live_keys,
     live_skill_for_class,
+    name_holder,
     record_event,
     stamp_class,
     transition,
@@ -44,6 +47,12 @@ def rollback_problems(conn: Connection, target: SkillRecord, config: PromotionCo
         problems.append("tool removed: " + ", ".join(gone))
     if target.injection_role == "developer" and not (config.require_shadow and went_through_shadow(conn, target.id)):
         problems.append("developer authority requires require_shadow=True and a shadow review")
+    holder = name_holder(conn, target.agent_id, target.user_id, target.name)
+    if holder is not None and holder.canonical_hash != target.canonical_hash:  # the class's own live version leaves
+        problems.append(
+            f"name {target.name} is now used by live skill {holder.id} (v{holder.version}, {holder.status}) of "
+            "another class; retire or rename that skill first"
+        )
     return problems
 
 
@@ -67,6 +76,29 @@ def rollback_skill(
         raise ValueError("a reason is required")
     config = config or load_promotion_config()
     reason = reason.strip()
+    try:
+        restored, changed = _rollback(engine, skill_id, to_version, actor, reason, config, flow_run_id)
+    except IntegrityError as exc:  # a concurrent store or activation took the class or the name meanwhile
+        raise ActivationRefused(
+            [f"v{to_version} could not go live: its class or name was made live concurrently; re-read and retry"]
+        ) from exc
+    if not changed:  # already the active version
+        return restored
+    log.info("class %s rolled back to v%d (%s) by %s", restored.canonical_hash[:12], to_version, restored.id, actor)
+    refresh_rule(engine, restored.agent_id, restored.user_id, embedder=embedder, config=config)
+    return restored
+
+
+def _rollback(
+    engine: Engine,
+    skill_id: str,
+    to_version: int,
+    actor: str,
+    reason: str,
+    config: PromotionConfig,
+    flow_run_id: str | None,
+) -> tuple[SkillRecord, bool]:
+    """The rollback transaction: the reinstated version, and whether anything changed."""
     with engine.begin() as conn:
         skill = get_skill(conn, skill_id)
         versions = list_skills(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
@@ -75,7 +107,7 @@ def rollback_skill(
             raise InvalidTransition(f"the class of {skill.id} has no version {to_version}")
         target = found[0]
         if target.status == SkillStatus.ACTIVE.value:
-            return target
+            return target, False
         problems = rollback_problems(conn, target, config)
         if problems:
             raise ActivationRefused(problems)
@@ -92,7 +124,7 @@ def rollback_skill(
             .where(skillbox.c.id == target.id)
             .values(
                 status=SkillStatus.ACTIVE.value,
-                live_key=live_key(target.agent_id, target.user_id, target.canonical_hash),
+                **live_keys(target.agent_id, target.user_id, target.canonical_hash, target.name, True),
                 activated_at=now,
                 updated_at=now,
                 demoted_at=None,
@@ -107,6 +139,4 @@ def rollback_skill(
             details={"review": True, "decision": "rollback", "replaced": current.id if current else None,
                      "stamped": stamped, "role": restored.injection_role},
         )  # fmt: skip
-    log.info("class %s rolled back to v%d (%s) by %s", skill.canonical_hash[:12], to_version, target.id, actor)
-    refresh_rule(engine, restored.agent_id, restored.user_id, embedder=embedder, config=config)
-    return restored
+    return restored, True

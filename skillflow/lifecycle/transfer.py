@@ -6,7 +6,8 @@ skill name, as ``agentskills validate`` requires, so two exported skills may not
 export with ``--agent-id``/``--user-id``/``--status``. Import reads a folder with a ``SKILL.md`` or a folder
 of such folders; each skill goes through ``validate_skill`` like a distilled one (source ``imported``: no
 source runs, no source class) and lands as SHADOW, so activation still needs a reviewer. An imported skill's
-class key is ``imported-`` plus a hash of its name; importing the same text again is a no-op.
+class key is ``imported-`` plus a hash of its name; importing the same text again is a no-op. A name another live
+skill of the tenant holds (distilled or imported) refuses the import: live names are unique per tenant.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lifecycle.revisions import content_sha, current_revision, empty_stats, self_signature
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.skillmd import SkillMdError, parse_skill_md
-from skillflow.storage.skills import SkillRecord, insert_skill, list_skills, live_skill_for_class, record_event
+from skillflow.storage.skills import (
+    SkillRecord,
+    insert_skill,
+    list_skills,
+    live_skill_for_class,
+    name_holder,
+    record_event,
+)
 
 log = logging.getLogger("skillflow.lifecycle.transfer")
 
@@ -179,7 +187,7 @@ def import_skill(
         for existing in list_skills(conn, agent_id, user_id, canonical_hash=key):
             if existing.content == content:
                 return Imported(label, "unchanged", existing.id)
-        live = live_skill_for_class(conn, agent_id, user_id, key)
+        live = live_skill_for_class(conn, agent_id, user_id, key) or name_holder(conn, agent_id, user_id, parsed.name)
         toolbox = registered_tools(conn, agent_id)
     if live is not None:
         reason = f"a live skill named {parsed.name} exists ({live.id}, {live.status}); edit it with `skillflow edit`"
@@ -211,7 +219,7 @@ def import_skill(
             same = [s.id for s in list_skills(conn, agent_id, user_id, canonical_hash=key) if s.content == content]
         if same:
             return Imported(label, "unchanged", same[0])
-        return Imported(label, "refused", reasons=["a concurrent import of the same name landed first"])
+        return Imported(label, "refused", reasons=["a live skill of the same name landed concurrently"])
     log.info("imported skill %s (shadow) for %s/%s", skill.id, agent_id, user_id)
     return Imported(label, "imported", skill.id)
 

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, select
 from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.kernel.errors import is_transient
 from skillflow.kernel.models import ClassStats, new_id, utcnow
+from skillflow.promotion.chunk import LEASE_HELD, Prefetched, usable_report
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS
@@ -53,7 +54,6 @@ from skillflow.storage.skills import tenant_filter
 log = logging.getLogger("skillflow.promotion.cycle")
 
 LEASE_TTL_SECONDS = 900.0
-LEASE_HELD = "lease held by another promotion cycle"
 
 
 class PartitionFailed(RuntimeError):
@@ -89,9 +89,7 @@ def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user
     rid = report_id("promotion", flow_run_id, "cycle", agent_id, user_id)
     with engine.connect() as conn:
         body = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar()
-    if not body or body.get("partition_skipped") == LEASE_HELD or body.get("partition_failed"):
-        return None
-    return PromotionReport.model_validate(body)
+    return usable_report(body)
 
 
 def process_class(
@@ -155,19 +153,26 @@ def run_partition(
     actor: str = ACTOR,
     flow_run_id: str | None = None,
     settings: Settings | None = None,
+    prefetched: Prefetched | None = None,
 ) -> PromotionReport:
-    """One partition's cycle: the one composition of the stages (the ``promotion-cycle`` flow runs it per partition)."""
+    """One partition's cycle: the one composition of the stages (the ``promotion-cycle`` flow runs it per partition).
+
+    ``prefetched`` is the partition's share of its chunk's read (:func:`skillflow.promotion.chunk.prefetch`):
+    counters, class statistics and any finished report of this flow run, so a partition that is not due issues
+    no statement and a due one reads neither again (docs/guide/aggregate.md).
+    """
     from skillflow.promotion.staleness import sweep
     from skillflow.storage.leases import acquire, release
 
     now = now or utcnow()
-    done = finished_report(engine, flow_run_id, agent_id, user_id) if not dry_run else None
+    plan = plan_partition(engine, agent_id, user_id, config, force, prefetched.counters if prefetched else None)
+    if prefetched is not None and not plan.run:
+        done = prefetched.done
+    else:  # a due partition asks again: a task retry may follow a finished attempt its prefetched data predates
+        done = finished_report(engine, flow_run_id, agent_id, user_id) if not dry_run else None
     if done is not None:  # a retry of a flow run whose cycle already finished here (e.g. killed after the mark)
-        from skillflow.storage.leases import release as release_lease
-
-        release_lease(engine, lease_name(agent_id, user_id), flow_run_id or "")  # the crashed attempt's lease
+        release(engine, lease_name(agent_id, user_id), flow_run_id or "")  # the crashed attempt's lease
         return done
-    plan = plan_partition(engine, agent_id, user_id, config, force)
     report = PromotionReport(
         agent_id=agent_id, user_id=user_id, cycle=plan.cycle, dry_run=dry_run, flow_run_id=flow_run_id
     )
@@ -186,7 +191,16 @@ def run_partition(
         if swept.note:
             report.review_flags.append(swept.note)
         stage = "aggregation"
-        assessments = assess_classes(engine, agent_id, user_id, config, now, plan.cycle, write_stats=not dry_run)
+        assessments = assess_classes(
+            engine,
+            agent_id,
+            user_id,
+            config,
+            now,
+            plan.cycle,
+            write_stats=not dry_run,
+            prefetched=prefetched.stats if prefetched else None,
+        )
         apply_assessments(report, assessments, now)
         report.review_flags.extend(unhashed_flags(engine, agent_id, user_id))
         chosen, below = choose(assessments, config, now)

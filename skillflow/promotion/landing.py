@@ -1,7 +1,9 @@
 """Store and stamp a validated skill in one transaction, or record a rejection with its backoff.
 
 The unique ``skillbox.live_key`` makes a second live skill for a class impossible: a concurrent or earlier
-store shows up as ``already covered by a live skill``, never as a duplicate.
+store shows up as ``already covered by a live skill``, never as a duplicate. The unique ``live_name_key`` does
+the same for names within a tenant: a name taken by a concurrent store is retried once with the class-hash
+suffix ``unique_name`` gives, then rejected with ``NAME_TAKEN``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Engine, and_, insert, select, update
 from sqlalchemy.exc import IntegrityError
@@ -23,7 +25,11 @@ from skillflow.promotion.gates import COVERED
 from skillflow.promotion.validation import ValidationResult
 from skillflow.storage.aggregate import class_samples
 from skillflow.storage.schema import class_state
-from skillflow.storage.skills import insert_skill, live_skill_for_class, next_version, tenant_filter
+from skillflow.storage.skills import insert_skill, live_key, live_skill_for_class, next_version, tenant_filter
+
+if TYPE_CHECKING:
+    from skillflow.injection.embeddings import Embedder
+    from skillflow.promotion.skillmd import ParsedSkill
 
 log = logging.getLogger("skillflow.promotion.landing")
 
@@ -83,7 +89,7 @@ def unique_name(conn: Connection, agent_id: str, user_id: str, name: str, canoni
         conn.execute(
             select(skillbox.c.name).where(
                 tenant_filter(skillbox, agent_id, user_id),
-                skillbox.c.live_key.is_not(None),
+                skillbox.c.live_name_key.is_not(None),
                 skillbox.c.canonical_hash != canonical_hash,
             )
         ).scalars()
@@ -128,63 +134,97 @@ def store_skill(
     """Insert the skill (SHADOW or ACTIVE + stamping), its vectors and the cleared backoff in ONE transaction.
 
     A live skill for the class (a concurrent or earlier cycle) makes this a skip, also when the unique
-    ``live_key`` fires at insert time.
+    ``live_key`` fires at insert time. When ``live_name_key`` fires instead (another class took the name
+    meanwhile), the store is retried once, where ``unique_name`` now sees the name taken; a second collision
+    rejects the class with ``NAME_TAKEN``.
     """
     from skillflow.injection.embeddings import get_embedder
-    from skillflow.injection.retrieval import write_skill_vectors
-    from skillflow.promotion.skillmd import parse_skill_md
 
     s = evidence.stats
     parsed, content = validation.parsed, outcome.skill_md
     if not validation.ok or parsed is None or content is None:
         raise ValueError("store_skill takes only a distilled SKILL.md that passed validation")
-    status = SkillStatus.SHADOW if config.require_shadow else SkillStatus.ACTIVE
-    role = InjectionRole(config.skill_injection_role)
     embedder = get_embedder(embedder_name or get_settings().embedder)
-    try:
-        with engine.begin() as conn:
-            if live_skill_for_class(conn, s.agent_id, s.user_id, s.canonical_hash) is not None:
+    for attempt in (1, 2):
+        try:
+            return _land(engine, evidence, outcome, validation, parsed, content, config, actor, flow_run_id, embedder)
+        except IntegrityError as exc:
+            # live_key (or the version) fired, or both keys did (the name is the class's own): the class is covered.
+            if "live_name_key" not in str(exc.orig).lower() or _class_is_live(engine, s):
                 return ClassResult(s.canonical_hash, "skipped", [COVERED])
-            # Live names are unique per tenant: a taken name gets the class hash prefix as a suffix.
-            name = unique_name(conn, s.agent_id, s.user_id, parsed.name, s.canonical_hash)
-            if name is None:
+            # The name (or its suffixed form) was taken by a store of another class that committed meanwhile.
+            log.info("skill name of class %s taken concurrently (attempt %d)", s.canonical_hash[:12], attempt)
+    return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
+
+
+def _class_is_live(engine: Engine, stats: ClassStats) -> bool:
+    """A live skill holds the class's ``live_key`` (looked up by the key itself, after an insert failed)."""
+    from skillflow.storage.schema import skillbox
+
+    key = live_key(stats.agent_id, stats.user_id, stats.canonical_hash)
+    with engine.connect() as conn:
+        return conn.execute(select(skillbox.c.id).where(skillbox.c.live_key == key)).first() is not None
+
+
+def _land(
+    engine: Engine,
+    evidence: Evidence,
+    outcome: DistillOutcome,
+    validation: ValidationResult,
+    parsed: ParsedSkill,
+    content: str,
+    config: PromotionConfig,
+    actor: str,
+    flow_run_id: str | None,
+    embedder: Embedder,
+) -> ClassResult:
+    """One landing transaction; raises ``IntegrityError`` when a unique live key fires at insert time."""
+    from skillflow.injection.retrieval import write_skill_vectors
+    from skillflow.promotion.skillmd import parse_skill_md
+
+    s = evidence.stats
+    status = SkillStatus.SHADOW if config.require_shadow else SkillStatus.ACTIVE
+    with engine.begin() as conn:
+        if live_skill_for_class(conn, s.agent_id, s.user_id, s.canonical_hash) is not None:
+            return ClassResult(s.canonical_hash, "skipped", [COVERED])
+        # Live names are unique per tenant: a taken name gets the class hash prefix as a suffix.
+        name = unique_name(conn, s.agent_id, s.user_id, parsed.name, s.canonical_hash)
+        if name is None:
+            return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
+        if name != parsed.name:
+            content = renamed(content, parsed.name, name)
+            if parse_skill_md(content).name != name:  # a frontmatter the rename cannot rewrite
                 return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
-            if name != parsed.name:
-                content = renamed(content, parsed.name, name)
-                if parse_skill_md(content).name != name:  # a frontmatter the rename cannot rewrite
-                    return ClassResult(s.canonical_hash, "rejected", [f"{NAME_TAKEN}: {parsed.name}"])
-                log.info("skill name of class %s taken; stored as %s", s.canonical_hash[:12], name)
-            skill = insert_skill(
-                conn,
-                agent_id=s.agent_id,
-                user_id=s.user_id,
-                canonical_hash=s.canonical_hash,
-                name=name,
-                description=parsed.description,
-                content=content,
-                status=status,
-                injection_role=role,
-                version=next_version(conn, s.agent_id, s.user_id, s.canonical_hash),
-                preconditions=list(parsed.preconditions),
-                tools=list(parsed.allowed_tools),
-                trigger_queries=trigger_queries(conn, evidence, config),
-                source_workflow_ids=evidence.source_ids,
-                baseline=baseline_of(s),
-                validation=dict(validation.checks),
-                prompt_version=outcome.prompt_version,
-                distiller=outcome.distiller,
-                embedding_model=embedder.model_id,
-                actor=actor,
-                flow_run_id=flow_run_id,
+            log.info("skill name of class %s taken; stored as %s", s.canonical_hash[:12], name)
+        skill = insert_skill(
+            conn,
+            agent_id=s.agent_id,
+            user_id=s.user_id,
+            canonical_hash=s.canonical_hash,
+            name=name,
+            description=parsed.description,
+            content=content,
+            status=status,
+            injection_role=InjectionRole(config.skill_injection_role),
+            version=next_version(conn, s.agent_id, s.user_id, s.canonical_hash),
+            preconditions=list(parsed.preconditions),
+            tools=list(parsed.allowed_tools),
+            trigger_queries=trigger_queries(conn, evidence, config),
+            source_workflow_ids=evidence.source_ids,
+            baseline=baseline_of(s),
+            validation=dict(validation.checks),
+            prompt_version=outcome.prompt_version,
+            distiller=outcome.distiller,
+            embedding_model=embedder.model_id,
+            actor=actor,
+            flow_run_id=flow_run_id,
+        )
+        write_skill_vectors(conn, skill, embedder, config.max_trigger_queries)
+        conn.execute(
+            class_state.delete().where(
+                tenant_filter(class_state, s.agent_id, s.user_id), class_state.c.canonical_hash == s.canonical_hash
             )
-            write_skill_vectors(conn, skill, embedder, config.max_trigger_queries)
-            conn.execute(
-                class_state.delete().where(
-                    tenant_filter(class_state, s.agent_id, s.user_id), class_state.c.canonical_hash == s.canonical_hash
-                )
-            )
-    except IntegrityError:
-        return ClassResult(s.canonical_hash, "skipped", [COVERED])
+        )
     log.info("stored skill %s (class %s, %s, v%d)", skill.id, s.canonical_hash[:12], status.value, skill.version)
     return ClassResult(s.canonical_hash, "promoted", [], skill.id, status.value)
 

@@ -20,8 +20,15 @@ from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.gates import INSUFFICIENT, GateResult, evaluate_gates
 from skillflow.promotion.ranking import by_score, score
 from skillflow.promotion.validation import ValidationResult
-from skillflow.storage.aggregate import class_samples, class_signature, cycle_count, runs_since_rejection
+from skillflow.storage.aggregate import (
+    RESET_STATUSES,
+    class_samples,
+    class_signature,
+    cycle_count,
+    runs_since_rejection,
+)
 from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
+from skillflow.storage.counters import Counters
 from skillflow.storage.schema import class_state, skill_activations, skillbox
 from skillflow.storage.skills import declared_state_changes, last_retired, next_version, tenant_filter
 
@@ -54,11 +61,24 @@ class Assessment:
         return self.gate.eligible and self.backoff is None
 
 
-def plan_partition(engine: Engine, agent_id: str, user_id: str, config: PromotionConfig, force: bool) -> Plan:
-    """Cadence (item 9): unless forced, run only after ``promotion_every_n_runs`` new runs; 0 = manual only."""
-    with engine.connect() as conn:
-        cycle = cycle_count(conn, agent_id, user_id) + 1
-        since = _runs_since(conn, agent_id, user_id)
+def plan_partition(
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    config: PromotionConfig,
+    force: bool,
+    counters: Counters | None = None,
+) -> Plan:
+    """Cadence (item 9): unless forced, run only after ``promotion_every_n_runs`` new runs; 0 = manual only.
+
+    ``counters`` (read for a whole chunk, :mod:`skillflow.promotion.chunk`) spare the partition's own reads.
+    """
+    if counters is None:
+        with engine.connect() as conn:
+            cycle = cycle_count(conn, agent_id, user_id) + 1
+            since = _runs_since(conn, agent_id, user_id)
+    else:
+        cycle, since = counters.cycle_count + 1, counters.runs_since
     every = config.promotion_every_n_runs
     if force:
         return Plan(agent_id, user_id, cycle, since, True)
@@ -80,20 +100,33 @@ def assess_classes(
     respect_backoff: bool = True,
     *,
     write_stats: bool = True,
+    prefetched: list[ClassStats] | None = None,
 ) -> list[Assessment]:
     """Read the partition's maintained class statistics and evaluate every gate; apply the rejection backoff.
 
-    The statistics equal the full aggregation (docs/guide/aggregate.md); ``write_stats=False`` (a dry run) reads
-    the full aggregation instead, so nothing is written.
+    The statistics equal the full aggregation (docs/guide/aggregate.md); ``write_stats=False`` (a dry run) writes
+    nothing (it reads the full aggregation when runs are pending). ``prefetched`` statistics (the chunk's read)
+    are used as long as every class's ``since`` still matches its skills; a demotion or deprecation since the
+    read (the staleness sweep, a concurrent drift run) makes the partition fold and read its own instead.
     """
     from skillflow.storage.class_stats import partition_stats
 
-    stats = partition_stats(engine, agent_id, user_id, canonical_hash, write=write_stats)
     with engine.connect() as conn:
-        live_q = select(skillbox.c.canonical_hash).where(
-            tenant_filter(skillbox, agent_id, user_id), skillbox.c.live_key.is_not(None)
-        )
-        live = set(conn.execute(live_q).scalars())
+        skills = conn.execute(
+            select(skillbox.c.canonical_hash, skillbox.c.live_key, skillbox.c.status, skillbox.c.demoted_at).where(
+                tenant_filter(skillbox, agent_id, user_id)
+            )
+        ).all()
+    live = {h for h, key, _, _ in skills if key is not None}
+    since: dict[str, datetime] = {}
+    for h, _, status, at in skills:
+        if status in RESET_STATUSES and at is not None and (h not in since or at > since[h]):
+            since[h] = at
+    if prefetched is not None and all(s.since == since.get(s.canonical_hash) for s in prefetched):
+        stats = [s for s in prefetched if canonical_hash is None or s.canonical_hash == canonical_hash]
+    else:
+        stats = partition_stats(engine, agent_id, user_id, canonical_hash, write=write_stats)
+    with engine.connect() as conn:
         declared = declared_state_changes(conn, agent_id)
         waits: dict[str, int] = {}
         fresh: dict[str, int] = {}

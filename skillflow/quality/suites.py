@@ -199,6 +199,10 @@ def workflow_memory_checks(ctx: SuiteContext) -> list[Check]:
     ]
 
 
+# Another skill of row s's tenant with its name; a JOIN, so GX substitutes ``{batch}`` by the table and ``s`` binds.
+SAME_NAME = "o.agent_id = s.agent_id AND o.user_id = s.user_id AND o.name = s.name AND o.id <> s.id"
+
+
 def skillbox_checks(ctx: SuiteContext) -> list[Check]:
     a = "skillbox"
     role = d.json_member(ctx.dialect, "e.details", "role")
@@ -234,6 +238,25 @@ def skillbox_checks(ctx: SuiteContext) -> list[Check]:
             "live_key is set exactly while the skill is live",
             f"SELECT id FROM {{batch}} WHERE (status IN ({live}) AND live_key IS NULL) "
             f"OR (status NOT IN ({live}) AND live_key IS NOT NULL)",
+        ),
+        _rows(
+            a,
+            "live_name_key_iff_live",
+            "blocking",
+            "live_name_key is set exactly while the skill is live (a live skill without it only when another live "
+            "skill of the tenant holds the name: a legacy duplicate, see live_names_unique)",
+            f"SELECT s.id FROM {{batch}} s LEFT JOIN skillbox o ON {SAME_NAME} AND o.live_name_key IS NOT NULL "
+            f"WHERE (s.status NOT IN ({live}) AND s.live_name_key IS NOT NULL) "
+            f"OR (s.status IN ({live}) AND s.live_name_key IS NULL AND o.id IS NULL)",
+        ),
+        _rows(
+            a,
+            "live_names_unique",
+            "warning",
+            "no two live skills of a tenant share a name (duplicates from before migration 012: rename or retire "
+            "all but one)",
+            f"SELECT DISTINCT s.id FROM {{batch}} s JOIN skillbox o ON {SAME_NAME} "
+            f"WHERE s.status IN ({live}) AND o.status IN ({live})",
         ),
         *_time(ctx, a),
     ]

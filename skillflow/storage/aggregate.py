@@ -2,7 +2,8 @@
 
 Everything here is one SQL statement per call (``GROUP BY canonical_hash`` over the partition's index
 range); no function reads a whole table into Python. After a demotion only runs created after the
-class's newest ``demoted_at`` count, for every figure (upstream forgot this for distinct queries).
+class's newest ``demoted_at`` count, for every figure (upstream forgot this for distinct queries). The cycle's
+listing and cadence read the maintained partition counters (:mod:`skillflow.storage.counters`) once a recount ran.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy.sql import Select
 
 from skillflow.kernel import canonical
 from skillflow.kernel.models import ClassStats, EvidenceRun, SkillStatus, WorkflowOutcome, utcnow
+from skillflow.storage.counters import listed_partitions, read_counters, recounted
 from skillflow.storage.schema import partition_state, skillbox, workflow_memory
 
 wm = workflow_memory
@@ -24,7 +26,17 @@ RESET_STATUSES = (SkillStatus.DEMOTED.value, SkillStatus.DEPRECATED.value)
 
 
 def partitions(conn: Connection, agent_id: str | None = None, user_id: str | None = None) -> list[tuple[str, str]]:
-    """Distinct (agent_id, user_id) tenants that have stored runs, optionally filtered."""
+    """(agent_id, user_id) tenants that have stored runs, optionally filtered, in order: read from the maintained
+    counters (docs/guide/aggregate.md), or counted from ``workflow_memory`` before the first recount."""
+    if recounted(conn):
+        return listed_partitions(conn, agent_id, user_id)
+    return partitions_reference(conn, agent_id, user_id)
+
+
+def partitions_reference(
+    conn: Connection, agent_id: str | None = None, user_id: str | None = None
+) -> list[tuple[str, str]]:
+    """Distinct tenants of ``workflow_memory`` (the reference; its cost grows with history)."""
     q = select(wm.c.agent_id, wm.c.user_id).distinct()
     if agent_id is not None:
         q = q.where(wm.c.agent_id == agent_id)
@@ -205,12 +217,17 @@ def class_signature(conn: Connection, agent_id: str, user_id: str, canonical_has
 
 
 def _run_count(conn: Connection, agent_id: str, user_id: str) -> int:
+    """The partition's stored runs: its counters (folded + pending) once a recount ran, else a COUNT."""
+    if recounted(conn):
+        return read_counters(conn, [(agent_id, user_id)])[(agent_id, user_id)].runs
     q = select(func.count()).select_from(wm).where(wm.c.agent_id == agent_id, wm.c.user_id == user_id)
     return int(conn.execute(q).scalar() or 0)
 
 
 def runs_since_last_cycle(conn: Connection, agent_id: str, user_id: str) -> int:
     """Runs stored in the partition since the last cycle (all runs when no cycle ever ran; never negative)."""
+    if recounted(conn):
+        return read_counters(conn, [(agent_id, user_id)])[(agent_id, user_id)].runs_since
     seen = conn.execute(
         select(partition_state.c.runs_at_last_cycle).where(
             partition_state.c.agent_id == agent_id, partition_state.c.user_id == user_id
@@ -232,7 +249,8 @@ def cycle_count(conn: Connection, agent_id: str, user_id: str) -> int:
 def mark_cycle(
     conn: Connection, agent_id: str, user_id: str, now: datetime | None = None, cycle: int | None = None
 ) -> int:
-    """Record a finished cycle: ``runs_at_last_cycle`` = the current run count, ``cycle_count`` advanced.
+    """Record a finished cycle: ``runs_at_last_cycle`` = the current run count (from the counters once a recount
+    ran), ``cycle_count`` advanced.
 
     Idempotence: ``runs_at_last_cycle`` and ``last_cycle_at`` converge on a retry. Without ``cycle`` the
     counter is incremented, so a retry after a committed mark advances it once more (which only shortens

@@ -5,46 +5,58 @@ Every run is stored with ``stats_pending = 1``; :func:`fold` aggregates the pend
 that sees one snapshot, so a retry or a concurrent fold converges to the same rows. A run committed while a fold
 runs stays pending for the next one; a backdated import is pending like any new run, whatever its created_at.
 A class whose ``since`` (newest demotion) changed, or that a write path marked stale (stamping, backfill,
-:func:`delete_runs`), is recounted from its runs by the same fold. :func:`recount` rebuilds everything; the full
-aggregation (:func:`skillflow.storage.aggregate.aggregate_classes`) stays the reference (docs/guide/aggregate.md).
+:func:`delete_runs`), is recounted from its runs by the same fold. The fold also adds each partition's folded
+runs (hashed or not) to ``partition_state.runs_folded``, which the cycle's listing and cadence read
+(:mod:`skillflow.storage.counters`). :func:`recount` rebuilds everything; the full aggregation
+(:func:`skillflow.storage.aggregate.aggregate_classes`) stays the reference (docs/guide/aggregate.md).
 """
 
 from __future__ import annotations
 
+import gc
 import time
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, tuple_, update
+from sqlalchemy import Connection, Engine, String, and_, delete, func, insert, or_, select, tuple_, type_coerce, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from skillflow.kernel.models import ClassStats, utcnow
 from skillflow.storage import class_stats_sql as q
 from skillflow.storage.aggregate import aggregate_classes
-from skillflow.storage.schema import class_fingerprints, class_stats, class_stats_state, workflow_memory
+from skillflow.storage.counters import fold_counters, read_counters, recounted, reset_counters
+from skillflow.storage.schema import (
+    class_fingerprints,
+    class_stats,
+    class_stats_state,
+    partition_state,
+    workflow_memory,
+)
 
 cs, cf, state = class_stats, class_fingerprints, class_stats_state
-Key = tuple[str, str, str]
-Partition = tuple[str, str]
+Key = q.Key
+Partition = q.Partition
 CHUNK = 200  # keys per recount statement (a bounded IN list)
 RETRIES = 5
 T = TypeVar("T")
 
 
 def _retryable(exc: BaseException) -> bool:
-    """A serialization failure or deadlock (PostgreSQL 40001/40P01), a key another fold inserted first, or
-    SQLite's stale snapshot: the fold saw a concurrent one and simply runs again."""
+    """A serialization failure or deadlock (PostgreSQL 40001/40P01, Oracle ORA-08177), a key another fold inserted
+    first, or SQLite's stale snapshot: the fold saw a concurrent one and simply runs again."""
     if isinstance(exc, IntegrityError):
         return True
     code = getattr(getattr(exc, "orig", None), "sqlstate", None)
-    return code in ("40001", "40P01") or "database is locked" in str(exc)
+    return code in ("40001", "40P01") or "database is locked" in str(exc) or "ORA-08177" in str(exc)
 
 
 def _in_snapshot(engine: Engine, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in one transaction that sees one snapshot (REPEATABLE READ on PostgreSQL; SQLite holds the
-    write lock from the first statement), retrying when a concurrent fold made it fail."""
-    options: dict[str, Any] = {"isolation_level": "REPEATABLE READ"} if engine.dialect.name == "postgresql" else {}
+    write lock from the first statement; SERIALIZABLE on Oracle), retrying when a concurrent fold made it fail."""
+    isolation = {"postgresql": "REPEATABLE READ", "oracle": "SERIALIZABLE"}.get(engine.dialect.name)
+    options: dict[str, Any] = {"isolation_level": isolation} if isolation else {}
     for attempt in range(RETRIES):
         try:
             with engine.connect().execution_options(**options) as conn, conn.begin():
@@ -71,6 +83,8 @@ def _recount(conn: Connection, now: datetime, agent_id: str | None, user_id: str
         conn.execute(q.delete_classes(table, agent_id, user_id, None))
     conn.execute(q.insert_stats(q.recount_select(now, agent_id, user_id)))
     conn.execute(insert(cf).from_select(list(q.FP_COLUMNS), q.fingerprints_select(agent_id, user_id)))
+    conn.execute(reset_counters(agent_id, user_id))
+    conn.execute(fold_counters(conn.dialect.name, agent_id, user_id, recount=True))
     conn.execute(q.clear_pending(agent_id, user_id))
     return int(conn.execute(select(func.count()).select_from(cs).where(*q.tenant(cs, agent_id, user_id))).scalar() or 0)
 
@@ -97,19 +111,27 @@ def _recount_keys(conn: Connection, now: datetime, keys: Sequence[Key]) -> None:
         conn.execute(insert(cf).from_select(list(q.FP_COLUMNS), q.fingerprints_select(keys=chunk)))
 
 
-def fold(engine: Engine, agent_id: str | None = None, user_id: str | None = None) -> dict[str, int]:
-    """Fold the pending runs in scope into the statistics and recount outdated classes; idempotent.
+def fold(
+    engine: Engine,
+    agent_id: str | None = None,
+    user_id: str | None = None,
+    *,
+    partitions: Sequence[Partition] | None = None,
+) -> dict[str, int]:
+    """Fold the pending runs in scope (an agent, a user, a list of partitions) into the statistics and the
+    partition counters, and recount outdated classes; idempotent.
 
-    Before the first recount (a database just migrated to 010) the whole store is recounted instead.
+    Before the first recount (a database just migrated to 010 or 011) the whole store is recounted instead.
     Returns ``{"folded": runs, "recounted": classes}`` (counts only).
     """
     now = utcnow()
     dialect = engine.dialect.name
+    parts = list(partitions) if partitions is not None else None
 
     def work(conn: Connection) -> dict[str, int]:
-        # A scoped fold on PostgreSQL only reads the bookkeeping row, so partitions fold concurrently; SQLite's
-        # first statement must write to take the lock.
-        scoped = (agent_id is not None or user_id is not None) and dialect == "postgresql"
+        # A scoped fold on PostgreSQL (and Oracle) only reads the bookkeeping row, so disjoint scopes fold
+        # concurrently; SQLite's first statement must write to take the lock.
+        scoped = (agent_id is not None or user_id is not None or parts is not None) and dialect != "sqlite"
         exists = (
             conn.execute(select(state.c.id).where(state.c.id == 1)).first() is not None
             if scoped
@@ -118,10 +140,11 @@ def fold(engine: Engine, agent_id: str | None = None, user_id: str | None = None
         if not exists:
             conn.execute(insert(state).values(id=1, recounted_at=now, folded_at=now, last_folded=0))
             return {"folded": 0, "recounted": _recount(conn, now, None, None)}
-        conn.execute(q.fold_stats(dialect, now, agent_id, user_id))
-        conn.execute(q.fold_fingerprints(dialect, agent_id, user_id))
-        folded = int(conn.execute(q.clear_pending(agent_id, user_id)).rowcount or 0)
-        keys = [(r[0], r[1], r[2]) for r in conn.execute(q.outdated_keys(agent_id, user_id))]
+        conn.execute(q.fold_stats(dialect, now, agent_id, user_id, parts))
+        conn.execute(q.fold_fingerprints(dialect, agent_id, user_id, parts))
+        conn.execute(fold_counters(dialect, agent_id, user_id, parts))
+        folded = int(conn.execute(q.clear_pending(agent_id, user_id, parts)).rowcount or 0)
+        keys = [(r[0], r[1], r[2]) for r in conn.execute(q.outdated_keys(agent_id, user_id, parts))]
         _recount_keys(conn, now, keys)
         if not scoped:
             _touch_state(conn, now, folded, recounted=False)
@@ -154,33 +177,37 @@ def mark_stale(conn: Connection, keys: Iterable[Key]) -> int:
 
 
 def delete_runs(conn: Connection, agent_id: str, user_id: str, run_ids: Sequence[str]) -> int:
-    """Delete runs of one tenant and mark their classes for a recount, in the caller's transaction."""
+    """Delete runs of one tenant, mark their classes for a recount and take the folded ones off the partition's
+    counter, in the caller's transaction."""
     wm = workflow_memory
     scope = and_(wm.c.agent_id == agent_id, wm.c.user_id == user_id, wm.c.id.in_(list(run_ids)))
     hashes = conn.execute(select(wm.c.canonical_hash).where(scope, wm.c.canonical_hash.is_not(None)).distinct())
     mark_stale(conn, [(agent_id, user_id, h) for h in hashes.scalars()])
-    return int(conn.execute(delete(wm).where(scope)).rowcount or 0)
+    folded = int(conn.execute(delete(wm).where(scope, wm.c.stats_pending.is_(None))).rowcount or 0)
+    pending = int(conn.execute(delete(wm).where(scope)).rowcount or 0)
+    if folded:
+        ps = partition_state
+        conn.execute(
+            update(ps)
+            .where(ps.c.agent_id == agent_id, ps.c.user_id == user_id)
+            .values(runs_folded=ps.c.runs_folded - folded)
+        )
+    return folded + pending
 
 
-def _to_stats(row: Any) -> ClassStats:
-    successes, failures = int(row.successes), int(row.failures)
-    executions = successes + failures
-    return ClassStats(
-        agent_id=row.agent_id,
-        user_id=row.user_id,
-        canonical_hash=row.canonical_hash,
-        executions=executions,
-        successes=successes,
-        failures=failures,
-        unknown=int(row.unknown),
-        success_rate=successes / executions if executions else 0.0,
-        distinct_queries=int(row.distinct_queries),
-        first_seen=row.first_seen,
-        last_seen=row.last_seen,
-        tool_sequence=row.tool_sequence,
-        since=row.since,
-        stamped=int(row.stamped),
-    )
+def _utc(value: Any) -> datetime | None:
+    """A timestamp as the driver returns it (SQLite: naive UTC text) as aware UTC, like ``UTCDateTime``."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # naive UTC text: parsed with its offset in one call (the UTC singleton)
+        return datetime.fromisoformat(value + "+00:00")
+    stamp: datetime = value
+    if stamp.tzinfo is None:
+        return stamp.replace(tzinfo=UTC)
+    return stamp if stamp.tzinfo is UTC else stamp.astimezone(UTC)
+
+
+SLICE = 1000  # partitions per read statement (a bounded IN list, as storage.counters.SLICE)
 
 
 def read_stats(
@@ -188,36 +215,90 @@ def read_stats(
     partitions: Sequence[Partition] | None = None,
     canonical_hash: str | None = None,
 ) -> tuple[dict[Partition, list[ClassStats]], list[Key]]:
-    """One statement: every class of ``partitions`` (all when None) with current evidence, grouped per partition
-    and ordered like :func:`aggregate_classes`; plus the keys whose stored figures are outdated (stale, or
-    ``since`` changed after the last fold), which the caller must aggregate instead."""
-    d = q.demoted(*(partitions[0] if partitions is not None and len(partitions) == 1 else (None, None)))
-    stale = q.outdated(d)
-    stmt = select(cs, stale.label("outdated")).select_from(cs.outerjoin(d, q.same_class(d, cs)))
-    if partitions is not None:
-        stmt = stmt.where(tuple_(cs.c.agent_id, cs.c.user_id).in_(list(partitions)))
+    """One statement (per :data:`SLICE` partitions): every class of ``partitions`` (all when None) with current
+    evidence, grouped per partition and ordered like :func:`aggregate_classes`; plus the keys whose stored
+    figures are outdated (stale, or ``since`` changed after the last fold), which the caller must aggregate.
+
+    Rows come back as plain tuples with the timestamps as the driver returns them (parsed here, not by the
+    column type), which is most of the cost of reading thousands of classes."""
+    wanted = list(dict.fromkeys(partitions)) if partitions is not None else None
+    out: dict[Partition, list[ClassStats]] = {p: [] for p in wanted or ()}
+    outdated: list[Key] = []
+    slices = [wanted[i : i + SLICE] for i in range(0, len(wanted), SLICE)] if wanted is not None else [None]
+    raw = conn.dialect.name in ("sqlite", "postgresql")
+    with _no_gc():
+        for part in slices:
+            _read_slice(conn, part, canonical_hash, raw, out, outdated)
+    for stats_list in out.values():
+        stats_list.sort(key=_order)
+    return out, outdated
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while thousands of acyclic rows and ``ClassStats`` are built: each full
+    collection walks every object of the process, which doubled the read of 5 000 classes every other call."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _read_slice(
+    conn: Connection,
+    part: list[Partition] | None,
+    canonical_hash: str | None,
+    raw: bool,
+    out: dict[Partition, list[ClassStats]],
+    outdated: list[Key],
+) -> None:
+    """One :func:`read_stats` statement: the classes of ``part`` (all when None) into ``out`` / ``outdated``."""
+    stale = q.outdated()
+    times = [type_coerce(c, String) if raw else c for c in (cs.c.first_seen, cs.c.last_seen, cs.c.since)]
+    stmt = (
+        select(cs.c.agent_id, cs.c.user_id, cs.c.canonical_hash, cs.c.successes, cs.c.failures, cs.c.unknown,
+               cs.c.distinct_queries, cs.c.tool_sequence, cs.c.stamped, *times, stale.label("outdated"))
+        .where(or_(cs.c.successes > 0, cs.c.failures > 0, cs.c.unknown > 0, stale), *q.tenant(cs, None, None, part))
+    )  # fmt: skip
     if canonical_hash is not None:
         stmt = stmt.where(cs.c.canonical_hash == canonical_hash)
-    live = or_(cs.c.successes > 0, cs.c.failures > 0, cs.c.unknown > 0, stale)
-    out: dict[Partition, list[ClassStats]] = {p: [] for p in partitions or ()}
-    outdated: list[Key] = []
-    for row in conn.execute(stmt.where(live)):
-        if row.outdated:
-            outdated.append((row.agent_id, row.user_id, row.canonical_hash))
-        else:
-            out.setdefault((row.agent_id, row.user_id), []).append(_to_stats(row))
-    for stats in out.values():
-        stats.sort(key=lambda s: (-s.executions, s.canonical_hash))
-    return out, outdated
+    for a, u, h, ok, bad, unknown, dq, seq, stamped, first, last, since, old in conn.execute(stmt).all():
+        if old:
+            outdated.append((a, u, h))
+            continue
+        n = ok + bad
+        stats = ClassStats(
+            agent_id=a,
+            user_id=u,
+            canonical_hash=h,
+            executions=n,
+            successes=ok,
+            failures=bad,
+            unknown=unknown,
+            success_rate=ok / n if n else 0.0,
+            distinct_queries=dq,
+            first_seen=_utc(first),  # type: ignore[arg-type]  # a class with evidence has both
+            last_seen=_utc(last),  # type: ignore[arg-type]
+            tool_sequence=seq,
+            since=_utc(since),
+            stamped=stamped,
+        )
+        bucket = out.get((a, u))
+        if bucket is None:
+            bucket = out[(a, u)] = []
+        bucket.append(stats)
+
+
+def _order(s: ClassStats) -> tuple[int, str]:
+    return (-s.executions, s.canonical_hash)
 
 
 def _current(conn: Connection, agent_id: str, user_id: str) -> bool:
     """The partition's statistics hold every stored run: a recount ran and none of its runs is pending."""
-    if conn.execute(select(state.c.id).where(state.c.id == 1)).first() is None:
-        return False
-    wm = workflow_memory
-    pending = select(wm.c.id).where(wm.c.stats_pending.is_not(None), wm.c.agent_id == agent_id, wm.c.user_id == user_id)
-    return conn.execute(pending.limit(1)).first() is None
+    return recounted(conn) and read_counters(conn, [(agent_id, user_id)])[(agent_id, user_id)].pending == 0
 
 
 def partition_stats(
@@ -229,9 +310,6 @@ def partition_stats(
     which writes nothing) the statistics are read as they are when none of the partition's runs is pending, else
     the full aggregation answers. A class outdated between the fold and the read is aggregated on the spot.
     """
-    if engine.dialect.name not in ("sqlite", "postgresql"):
-        with engine.connect() as conn:
-            return aggregate_classes(conn, agent_id, user_id, canonical_hash=canonical_hash)
     if not write:
         with engine.connect() as conn:
             if not _current(conn, agent_id, user_id):
@@ -239,8 +317,15 @@ def partition_stats(
     else:
         fold(engine, agent_id, user_id)
     with engine.connect() as conn:
-        by_partition, outdated = read_stats(conn, [(agent_id, user_id)], canonical_hash)
-        stats = by_partition.get((agent_id, user_id), [])
-        for _, _, h in outdated:
-            stats.extend(aggregate_classes(conn, agent_id, user_id, canonical_hash=h))
-    return sorted(stats, key=lambda s: (-s.executions, s.canonical_hash))
+        return completed(conn, read_stats(conn, [(agent_id, user_id)], canonical_hash))[(agent_id, user_id)]
+
+
+def completed(
+    conn: Connection, read: tuple[dict[Partition, list[ClassStats]], list[Key]]
+) -> dict[Partition, list[ClassStats]]:
+    """A :func:`read_stats` result with every outdated class aggregated on the spot (one statement each)."""
+    by_partition, outdated = read
+    for a, u, h in outdated:
+        by_partition.setdefault((a, u), []).extend(aggregate_classes(conn, a, u, canonical_hash=h))
+        by_partition[(a, u)].sort(key=_order)
+    return by_partition

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -10,6 +12,8 @@ from sqlalchemy.schema import CreateIndex, DropIndex
 
 from skillflow.kernel.models import utcnow
 from skillflow.storage.schema import ROLES, build_metadata, schema_migrations
+
+log = logging.getLogger("skillflow.storage.migrations")
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,75 @@ def _m010(conn: Connection) -> None:
         build_metadata(10).tables[table_name].create(conn, checkfirst=True)
 
 
+def _m011(conn: Connection) -> None:
+    """``partition_state.runs_folded``: each partition's runs folded into the class statistics, which the cycle's
+    listing and cadence read instead of counting history (docs/guide/aggregate.md). The counters start at 0, so
+    the bookkeeping row is dropped: the next fold is a recount, which sets every counter from a COUNT (until
+    then the listing and the cadence count ``workflow_memory``, the reference path)."""
+    _add_column(
+        conn,
+        "partition_state",
+        "runs_folded",
+        sqlite="ALTER TABLE partition_state ADD COLUMN runs_folded INTEGER DEFAULT 0 NOT NULL",
+        postgresql=["ALTER TABLE partition_state ADD COLUMN runs_folded INTEGER DEFAULT 0 NOT NULL"],
+        oracle=["ALTER TABLE partition_state ADD (runs_folded INTEGER DEFAULT 0 NOT NULL)"],
+    )
+    conn.execute(text("DELETE FROM class_stats_state"))
+
+
+M012_INDEX = ("skillbox", "uq_skillbox_live_name_key")
+# sha256 hex of agent_id \x1f user_id \x1f name, as ``storage.skills.live_name_key`` computes it.
+_NAME_HASH = {
+    "postgresql": "encode(sha256(convert_to(agent_id || chr(31) || user_id || chr(31) || name, 'UTF8')), 'hex')",
+    "oracle": "lower(rawtohex(standard_hash(agent_id || chr(31) || user_id || chr(31) || name, 'SHA256')))",
+    "sqlite": "skillflow_sha256(agent_id || char(31) || user_id || char(31) || name)",
+}
+# Key the live rows that lack it, except a row whose name an older live row of its tenant (or one already
+# keyed) holds: legacy duplicates keep NULL instead of failing the unique index (sql/oracle/012 runs the same).
+M012_BACKFILL = (
+    "UPDATE skillbox SET live_name_key = {hash} WHERE live_key IS NOT NULL AND live_name_key IS NULL "
+    "AND NOT EXISTS (SELECT 1 FROM skillbox o WHERE o.agent_id = skillbox.agent_id "
+    "AND o.user_id = skillbox.user_id AND o.name = skillbox.name AND o.live_key IS NOT NULL AND o.id <> skillbox.id "
+    "AND (o.live_name_key IS NOT NULL OR o.created_at < skillbox.created_at "
+    "OR (o.created_at = skillbox.created_at AND o.id < skillbox.id)))"
+)
+M012_UNKEYED = "SELECT COUNT(*) FROM skillbox WHERE live_key IS NOT NULL AND live_name_key IS NULL"
+
+
+def _sha256_hex(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def _m012(conn: Connection) -> None:
+    """Live names unique per tenant (docs/design.md): ``skillbox.live_name_key``, backfilled on the live rows, then
+    its unique index. Live rows sharing a name with an older live row of their tenant keep NULL and are logged
+    (the data-quality warning ``skillbox.live_names_unique`` lists them); the migration never fails on them."""
+    _add_column(
+        conn,
+        "skillbox",
+        "live_name_key",
+        sqlite="ALTER TABLE skillbox ADD COLUMN live_name_key VARCHAR(64)",
+        postgresql=["ALTER TABLE skillbox ADD COLUMN live_name_key VARCHAR(64)"],
+        oracle=["ALTER TABLE skillbox ADD (live_name_key VARCHAR2(64 CHAR))"],
+    )
+    dialect = conn.dialect.name
+    if dialect == "sqlite":  # no sha256 in SQLite: the migration's connection gets Python's
+        conn.connection.driver_connection.create_function(  # type: ignore[union-attr]
+            "skillflow_sha256", 1, _sha256_hex, deterministic=True
+        )
+    conn.execute(text(M012_BACKFILL.format(hash=_NAME_HASH[dialect])))
+    unkeyed = conn.execute(text(M012_UNKEYED)).scalar()
+    if unkeyed:
+        log.warning(
+            "%d live skill(s) share their name with an older live skill of their tenant: their live_name_key stays "
+            "NULL (data-quality warning skillbox.live_names_unique); rename or retire them",
+            unkeyed,
+        )
+    table, name = M012_INDEX
+    if not _has_index(conn, table, name):
+        conn.execute(CreateIndex(_index(12, table, name)))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
@@ -212,6 +285,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "008_add_conversations", _m008),
     Migration(9, "009_add_applicability_rules", _m009),
     Migration(10, "010_add_class_stats", _m010),
+    Migration(11, "011_add_partition_runs_folded", _m011),
+    Migration(12, "012_add_live_name_key", _m012),
 )
 
 

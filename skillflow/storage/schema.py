@@ -9,7 +9,10 @@ docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memo
 ``segment_index`` (runs recorded per conversation, docs/guide/runtime.md) and ``agent_tools.changes_state``,
 009 adds ``applicability_rules`` (each tenant's fitted injection rule, docs/guide/runtime.md), 010 adds
 ``workflow_memory.stats_pending`` and the maintained class statistics ``class_stats``, ``class_fingerprints``,
-``class_stats_state`` (docs/guide/aggregate.md), so fresh installs and upgrades follow one path.
+``class_stats_state`` (docs/guide/aggregate.md), 011 adds ``partition_state.runs_folded`` (each partition's
+folded runs, kept by the fold: the cycle's listing and cadence read it, docs/guide/aggregate.md), 012 adds
+``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), so fresh
+installs and upgrades follow one path.
 ``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
 """
 
@@ -32,7 +35,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 10
+LATEST = 12
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -172,6 +175,10 @@ def build_metadata(level: int = LATEST) -> MetaData:
         sk.append(CheckConstraint(_in("injection_role", ROLES), name="injection_role"))
     if level >= 4:  # the retrieval cache's version stamp (newest updated_at of a tenant) is one index seek
         sk.append(Index("ix_skillbox_tenant_updated", "agent_id", "user_id", "updated_at"))
+    if level >= 12:  # sha256(agent, user, name) while live: one live skill per name per tenant (a unique index,
+        # the one unique form SQLite can add to an existing table)
+        sk.append(Column("live_name_key", String(64)))
+        sk.append(Index("uq_skillbox_live_name_key", "live_name_key", unique=True))
     Table(
         "skillbox",
         md,
@@ -268,15 +275,16 @@ def build_metadata(level: int = LATEST) -> MetaData:
     _json_col(cs, "last_reasons")
     Table("class_state", md, *cs)
 
-    Table(
-        "partition_state",
-        md,
+    ps: list = [
         Column("agent_id", String(TENANT), primary_key=True),
         Column("user_id", String(TENANT), primary_key=True),
         Column("cycle_count", Integer, nullable=False, server_default=text("0")),
         Column("runs_at_last_cycle", Integer, nullable=False, server_default=text("0")),
         Column("last_cycle_at", UTCDateTime()),
-    )
+    ]
+    if level >= 11:  # runs of the partition folded into class_stats (storage.class_stats keeps it)
+        ps.append(Column("runs_folded", Integer, nullable=False, server_default=text("0")))
+    Table("partition_state", md, *ps)
 
     Table(
         "leases",

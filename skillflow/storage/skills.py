@@ -37,6 +37,18 @@ class InvalidTransition(ValueError):
     pass
 
 
+class NameTaken(InvalidTransition):
+    """Another live skill of the tenant holds the name (``uq_skillbox_live_name_key``)."""
+
+    def __init__(self, name: str, holder: SkillRecord) -> None:
+        super().__init__(
+            f"name {name} is used by live skill {holder.id} (v{holder.version}, {holder.status}) of the tenant; "
+            "retire or rename that skill first"
+        )
+        self.name = name
+        self.holder = holder
+
+
 @dataclass(frozen=True)
 class SkillRecord:
     id: str
@@ -73,6 +85,29 @@ class SkillRecord:
 def live_key(agent_id: str, user_id: str, canonical_hash: str) -> str:
     """One live (candidate/shadow/active) skill per class per tenant: a unique single column."""
     return hashlib.sha256(f"{agent_id}\x1f{user_id}\x1f{canonical_hash}".encode()).hexdigest()
+
+
+def live_name_key(agent_id: str, user_id: str, name: str) -> str:
+    """One live skill per name per tenant (``uq_skillbox_live_name_key``). Names compare exactly: every stored
+    name passed the Agent Skills rule (lowercase letters, digits, hyphens), so case never tells two apart."""
+    return hashlib.sha256(f"{agent_id}\x1f{user_id}\x1f{name}".encode()).hexdigest()
+
+
+def live_keys(agent_id: str, user_id: str, canonical_hash: str, name: str, live: bool) -> dict[str, str | None]:
+    """The two live keys of a skill row: both set while it is live, both NULL otherwise (one UPDATE sets both)."""
+    if not live:
+        return {"live_key": None, "live_name_key": None}
+    return {
+        "live_key": live_key(agent_id, user_id, canonical_hash),
+        "live_name_key": live_name_key(agent_id, user_id, name),
+    }
+
+
+def name_holder(conn: Connection, agent_id: str, user_id: str, name: str) -> SkillRecord | None:
+    """The live skill of the tenant named ``name``, if any."""
+    q = select(skillbox).where(skillbox.c.live_name_key == live_name_key(agent_id, user_id, name))
+    row = conn.execute(q).mappings().first()
+    return SkillRecord.from_row(row) if row else None
 
 
 def get_skill(conn: Connection, skill_id: str, agent_id: str | None = None, user_id: str | None = None) -> SkillRecord:
@@ -239,7 +274,8 @@ def insert_skill(
     actor: str = "system",
     flow_run_id: str | None = None,
 ) -> SkillRecord:
-    """Insert a new skill version. A second live skill for the class violates ``uq_skillbox_live_key``.
+    """Insert a new skill version. A second live skill for the class violates ``uq_skillbox_live_key``, a second
+    live skill of the tenant with the same name ``uq_skillbox_live_name_key``.
 
     An ACTIVE insert stamps the class in the same transaction.
     """
@@ -258,7 +294,7 @@ def insert_skill(
             name=name,
             description=description,
             status=status.value,
-            live_key=live_key(agent_id, user_id, canonical_hash) if live else None,
+            **live_keys(agent_id, user_id, canonical_hash, name, live),
             content=content,
             prompt_version=prompt_version,
             distiller=distiller,
@@ -306,13 +342,15 @@ def transition(
         return skill
     if to_status not in ALLOWED[current]:
         raise InvalidTransition(f"cannot move a {current.value} skill to {to_status.value}")
+    if to_status in LIVE_STATUSES:  # a legacy duplicate (NULL key) may not go live under a taken name
+        holder = name_holder(conn, skill.agent_id, skill.user_id, skill.name)
+        if holder is not None and holder.id != skill.id:
+            raise NameTaken(skill.name, holder)
     now = utcnow()
     values: dict[str, Any] = {
         "status": to_status.value,
         "updated_at": now,
-        "live_key": live_key(skill.agent_id, skill.user_id, skill.canonical_hash)
-        if to_status in LIVE_STATUSES
-        else None,
+        **live_keys(skill.agent_id, skill.user_id, skill.canonical_hash, skill.name, to_status in LIVE_STATUSES),
     }
     if injection_role is not None:
         values["injection_role"] = injection_role.value

@@ -19,9 +19,17 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, delete, func, insert, select, update
 
 from skillflow.kernel.models import ClassStats
-from skillflow.storage.aggregate import aggregate_classes, partitions
+from skillflow.storage.aggregate import aggregate_classes, partitions, partitions_reference
 from skillflow.storage.class_stats import delete_runs, fold, mark_stale, partition_stats, read_stats, recount
-from skillflow.storage.schema import class_fingerprints, class_stats, class_stats_state, skillbox, workflow_memory
+from skillflow.storage.counters import read_counters, recounted
+from skillflow.storage.schema import (
+    class_fingerprints,
+    class_stats,
+    class_stats_state,
+    partition_state,
+    skillbox,
+    workflow_memory,
+)
 from skillflow.storage.skills import get_skill, live_key, stamp_class, unstamp
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -33,7 +41,7 @@ _ids = itertools.count()
 run_op = st.tuples(
     st.just("run"),
     st.sampled_from(TENANTS),
-    st.sampled_from(HASHES),
+    st.sampled_from([*HASHES, None]),  # None: a run without tool calls (no class, still a stored run)
     st.sampled_from(OUTCOMES),
     st.one_of(st.none(), st.sampled_from(["q1", "q2", "q3"])),
     st.integers(0, 30),  # minutes after T0: any order, so many runs are backdated
@@ -63,11 +71,11 @@ op = st.one_of(
 
 def _reset(engine: Engine) -> None:
     with engine.begin() as conn:
-        for table in (workflow_memory, skillbox, class_stats, class_fingerprints, class_stats_state):
+        for table in (workflow_memory, skillbox, class_stats, class_fingerprints, class_stats_state, partition_state):
             conn.execute(delete(table))
 
 
-def _run(conn: Any, tenant: tuple[str, str], h: str, outcome: str, fp: str | None, minutes: int) -> None:
+def _run(conn: Any, tenant: tuple[str, str], h: str | None, outcome: str, fp: str | None, minutes: int) -> None:
     conn.execute(
         insert(workflow_memory).values(
             id=f"r{next(_ids)}",
@@ -76,7 +84,7 @@ def _run(conn: Any, tenant: tuple[str, str], h: str, outcome: str, fp: str | Non
             query="q",
             query_fingerprint=fp,
             canonical_hash=h,
-            tool_sequence=f"tool_{h[-1]} > other",  # one sequence per class, as capture derives it
+            tool_sequence=f"tool_{h[-1]} > other" if h else None,  # one sequence per class, as capture derives it
             outcome=outcome,
             execution_outcome=outcome,
             outcome_source="execution",
@@ -163,7 +171,24 @@ def _reference(engine: Engine) -> dict[tuple[str, str], list[ClassStats]]:
         return {p: aggregate_classes(conn, *p) for p in partitions(conn)}
 
 
+def _assert_counters(engine: Engine) -> None:
+    """Counters (folded + pending) equal COUNT(*) per partition, and the listing equals the reference."""
+    wm = workflow_memory
+    with engine.connect() as conn:
+        counted = dict(
+            ((r[0], r[1]), r[2])
+            for r in conn.execute(
+                select(wm.c.agent_id, wm.c.user_id, func.count()).group_by(wm.c.agent_id, wm.c.user_id)
+            )
+        )
+        if recounted(conn):
+            kept = read_counters(conn, [*TENANTS, ("nobody", "x")])
+            assert {p: c.runs for p, c in kept.items() if c.runs} == counted
+            assert partitions(conn) == partitions_reference(conn)
+
+
 def _assert_agree(engine: Engine) -> None:
+    _assert_counters(engine)
     expected = _reference(engine)
     for p in TENANTS:
         assert partition_stats(engine, *p) == expected.get(p, []), p
@@ -174,6 +199,14 @@ def _assert_agree(engine: Engine) -> None:
         everything, outdated = read_stats(conn)
     assert outdated == []
     assert {p: v for p, v in everything.items() if v} == {p: v for p, v in expected.items() if v}
+    with engine.connect() as conn:  # after a fold nothing is pending: runs_folded alone is COUNT(*)
+        wm = workflow_memory
+        counted = select(wm.c.agent_id, wm.c.user_id, func.count()).group_by(wm.c.agent_id, wm.c.user_id)
+        folded = select(partition_state.c.agent_id, partition_state.c.user_id, partition_state.c.runs_folded)
+        assert {(r[0], r[1]): r[2] for r in conn.execute(folded) if r[2]} == {
+            (r[0], r[1]): r[2] for r in conn.execute(counted)
+        }
+    _assert_counters(engine)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -109,7 +109,10 @@ def _plant_defects(engine: Engine, clean: dict[str, str]) -> None:
         conn.execute(update(workflow_memory).where(workflow_memory.c.id == clean["run"]).values(promoted_skill_id=None))
         _skill(conn, "bogus-status", status="bogus")
         _skill(conn, "bad-role", injection_role="admin")
-        _skill(conn, "unreviewed-dev", status="active", injection_role="developer", live_key="k" * 64, activated_at=NOW)
+        _skill(
+            conn, "unreviewed-dev", status="active", injection_role="developer", live_key="k" * 64,
+            live_name_key="n" * 64, activated_at=NOW,
+        )  # fmt: skip
         conn.execute(
             insert(skill_events).values(
                 id="ev-auto", skill_id="unreviewed-dev", agent_id="a1", user_id="u1", event="activated",

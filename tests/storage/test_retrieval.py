@@ -87,9 +87,9 @@ def test_write_skill_vectors_replaces_rows_and_records_model(engine: Engine) -> 
 def test_filters_apply_before_top_k(engine: Engine) -> None:
     # Perfect matches in other tenants and other statuses must not crowd out the tenant's one active skill.
     for i in range(3):
-        make_skill(engine, agent="other", chash=f"o{i}")
-        make_skill(engine, user="someone-else", chash=f"x{i}")
-        make_skill(engine, chash=f"s{i}", status=SkillStatus.SHADOW)
+        make_skill(engine, agent="other", chash=f"o{i}", name=f"refund-damaged-order-{i}")  # names: unique per tenant
+        make_skill(engine, user="someone-else", chash=f"x{i}", name=f"refund-damaged-order-{i}")
+        make_skill(engine, chash=f"s{i}", status=SkillStatus.SHADOW, name=f"refund-damaged-order-{i}")
     mine = make_skill(engine, chash="mine", triggers=["refund my damaged order please"])
     found = search(engine, k=1, min_score=0.3)
     assert [s.skill_id for s in found] == [mine.id]

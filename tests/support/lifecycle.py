@@ -104,6 +104,7 @@ def make_skill(
     tools: list[str] | None = None,
     baseline: float = 0.9,
     role: InjectionRole = InjectionRole.USER,
+    name: str = "cancel-reservation",
 ) -> SkillRecord:
     with engine.begin() as conn:
         skill = insert_skill(
@@ -111,7 +112,7 @@ def make_skill(
             agent_id=agent,
             user_id=user,
             canonical_hash=canonical_hash,
-            name="cancel-reservation",
+            name=name,
             description="Use when a customer asks to cancel an existing reservation.",
             content="---\nname: cancel-reservation\n---\nbody",
             status=status,

@@ -34,7 +34,7 @@ from skillflow.lab.bench.paraphrase_bank import BANK, Intent, distractors
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import skill_vectors, skillbox
-from skillflow.storage.skills import insert_skill, live_key
+from skillflow.storage.skills import insert_skill, live_keys
 
 FILLERS = ("random", "text")
 TARGET_P95_MS = 2.0
@@ -123,7 +123,7 @@ def _bulk_skills(engine: Engine, user: str, matrices: list[np.ndarray], model_id
                 "name": f"skill-{i}",
                 "description": "bench skill",
                 "status": SkillStatus.ACTIVE.value,
-                "live_key": live_key(AGENT, user, chash),
+                **live_keys(AGENT, user, chash, f"skill-{i}", True),
                 "content": f"SKILL.md {i}",
                 "prompt_version": "bench",
                 "distiller": "bench",

@@ -7,7 +7,9 @@ history (``stats_pending`` NULL), with one demoted class per tenant. Measured in
 
 * ``aggregate_s``: the full aggregation, one statement per tenant (``partitions`` + ``aggregate_classes``);
 * ``recount_s``: rebuilding the statistics from scratch (one set-based statement per table);
-* ``read_s``: the cycle's read of the statistics for every partition (``read_stats``, one statement);
+* ``read_s``: the cycle's read for every partition, exactly what the ``promotion-cycle`` flow calls: the listing
+  (``partitions``, from the counters) and the chunk's read (``promotion.chunk.prefetch``: a fold with nothing
+  pending, the counters, every partition's statistics — all due with ``force`` — and the flow run's reports);
 * ``fold_s``: folding ``fold_rows`` new runs (half of them backdated) into the statistics;
 
 and ``match``: the read equals the full aggregation class by class after the fold. ``--fleet`` adds the whole
@@ -29,10 +31,12 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
 from skillflow.lab.bench.cycle_bench import _class_rows, _demote_one_class_per_tenant
-from skillflow.storage.aggregate import aggregate_classes, partitions
-from skillflow.storage.class_stats import fold, read_stats, recount
+from skillflow.promotion.chunk import prefetch
+from skillflow.storage.aggregate import aggregate_classes, partitions, partitions_reference
+from skillflow.storage.class_stats import fold, recount
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 
@@ -156,18 +160,21 @@ def generate(engine: Engine, s: Scenario, rows: int | None = None, prefix: str =
 
 
 def full_aggregation(engine: Engine) -> dict[tuple[str, str], list[ClassStats]]:
-    """Today's path, the reference: one aggregation statement per tenant."""
+    """The reference: the distinct tenants of the runs, then one aggregation statement per tenant."""
     with engine.connect() as conn:
-        return {p: aggregate_classes(conn, *p) for p in partitions(conn)}
+        return {p: aggregate_classes(conn, *p) for p in partitions_reference(conn)}
 
 
 def read_all(engine: Engine) -> dict[tuple[str, str], list[ClassStats]]:
-    """The cycle's read of the maintained statistics for every partition: one statement."""
+    """The cycle's read for every partition: the listing and the chunk's read, as ``run_partitions`` calls it."""
     with engine.connect() as conn:
-        out, outdated = read_stats(conn)
-    if outdated:
-        raise RuntimeError(f"{len(outdated)} outdated classes after a fold")
-    return out
+        listed = partitions(conn)
+    config = PromotionConfig(promotion_every_n_runs=1)
+    shared = prefetch(engine, listed, config, dry_run=False, force=True, flow_run_id="bench-scale")
+    missing = [p for p, pre in shared.items() if pre.stats is None]
+    if missing:
+        raise RuntimeError(f"{len(missing)} partitions without prefetched statistics")
+    return {p: pre.stats or [] for p, pre in shared.items()}
 
 
 def run_scenario(
