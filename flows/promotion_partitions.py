@@ -2,8 +2,8 @@
 
 The ``promotion-cycle`` parent starts one run of this flow per chunk on a work pool (docs/guide/ops.md,
 "Fan-out"); an automation starts it for one tenant to re-qualify after a demotion. Each partition is one
-task run of the one composition (:func:`skillflow.promotion.cycle.run_partition`), holds one slot of the
-global concurrency limit while it runs on a pool, and fails alone.
+task run of the one composition (:func:`skillflow.promotion.cycle.run_partition`) and fails alone; on a pool the
+chunk holds one slot of the global concurrency limit while its partitions run one after another.
 """
 
 from __future__ import annotations

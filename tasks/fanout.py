@@ -41,7 +41,7 @@ class FleetSettings(BaseSettings):
         "skillflow-partitions",
         min_length=1,
         max_length=100,
-        description="Global concurrency limit held by each partition in pool mode (strict: it must exist)",
+        description="Global concurrency limit a chunk holds one slot of in pool mode (strict: it must exist)",
     )
     poll_seconds: float = Field(2.0, gt=0, le=60, description="How often a parent polls its child runs")
     child_timeout_seconds: float = Field(

@@ -130,29 +130,32 @@ def run_partitions(
     """One chunk of partitions, one task run each (called by a flow, never a task itself).
 
     Partitions are isolated: one that fails (after its transient retries) gets a stored report naming the
-    stage and error class, and the next one still runs. ``limit`` names the global concurrency limit each
-    partition holds while it runs (pool mode); the per-partition lease stays the guard against a double
-    promotion. Events for promoted skills and rejected classes follow each partition. One read serves the chunk
+    stage and error class, and the next one still runs. ``limit`` names the global concurrency limit the chunk
+    holds one slot of while it runs (pool mode): its partitions run one after another, so the limit bounds how
+    many partitions hit the database and the provider at once across the fleet, at one acquisition per chunk
+    instead of one per partition (an acquisition is a round trip to the Prefect server, ~0.1 s; per partition it
+    dominated the cycle, docs/BENCHMARKS.md). The per-partition lease stays the guard against a double promotion.
+    Events for promoted skills and rejected classes follow each partition. One read serves the chunk
     (:func:`skillflow.promotion.chunk.prefetch`): a partition that is not due costs no statement.
     """
     from tasks.events import emit_promotion
     from tasks.fanout import partition_slot
 
-    shared = read_chunk(database_url, partitions, config, dry_run, force, flow_run_id()) if partitions else {}
     reports: list[PromotionReport] = []
-    for agent_id, user_id in partitions:
-        mine = shared.get((agent_id, user_id))
-        with partition_slot(limit):
+    with partition_slot(limit):
+        shared = read_chunk(database_url, partitions, config, dry_run, force, flow_run_id()) if partitions else {}
+        for agent_id, user_id in partitions:
+            mine = shared.get((agent_id, user_id))
             state = cycle_partition(
                 database_url, agent_id, user_id, config, now, dry_run, force, mine, return_state=True
             )
-        if state.is_completed():
-            report = state.result()
-        else:
-            reason = cycle.failure_reason(state.result(raise_on_failure=False))
-            report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
-        emit_promotion([report])
-        reports.append(report)
+            if state.is_completed():
+                report = state.result()
+            else:
+                reason = cycle.failure_reason(state.result(raise_on_failure=False))
+                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
+            emit_promotion([report])
+            reports.append(report)
     return reports
 
 

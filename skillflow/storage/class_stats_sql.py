@@ -15,11 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Delete,
     Insert,
     String,
     and_,
+    any_,
+    bindparam,
     case,
     cast,
     delete,
@@ -31,7 +34,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import Select, Subquery
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.selectable import CTE
 
 from skillflow.kernel.models import SkillStatus, WorkflowOutcome
@@ -66,11 +71,33 @@ def _listed(table: Any, partitions: Sequence[Partition]) -> list[ColumnElement[b
     (``len(agent):agent user``, which splits back one way only) picks the listed pairs out of their product."""
     agents = sorted({a for a, _ in partitions})
     users = sorted({u for _, u in partitions})
-    out = [table.c.agent_id.in_(agents), table.c.user_id.in_(users)]
+    out: list[ColumnElement[bool]] = [AmongValues(table.c.agent_id, agents), AmongValues(table.c.user_id, users)]
     if len(agents) > 1 and len(users) > 1:
         key = cast(func.length(table.c.agent_id), String) + ":" + table.c.agent_id + table.c.user_id
-        out.append(key.in_(sorted({f"{len(a)}:{a}{u}" for a, u in partitions})))
+        out.append(AmongValues(key, sorted({f"{len(a)}:{a}{u}" for a, u in partitions})))
     return out
+
+
+class AmongValues(ColumnElement[bool]):
+    """``expr IN (values)``; on PostgreSQL ``expr = ANY(:array)``, one array parameter instead of one bind
+    parameter per value (a 1 000-partition chunk otherwise binds, converts and plans thousands of them)."""
+
+    inherit_cache = False  # the values are the statement: compiled per use, like an expanding IN
+    type = Boolean()
+
+    def __init__(self, expr: ColumnElement[Any], values: Sequence[str]) -> None:
+        self.expr, self.values = expr, list(values)
+
+
+@compiles(AmongValues)
+def _among_values(element: AmongValues, compiler: SQLCompiler, **kw: Any) -> str:
+    return compiler.process(element.expr.in_(element.values), **kw)
+
+
+@compiles(AmongValues, "postgresql")
+def _among_values_pg(element: AmongValues, compiler: SQLCompiler, **kw: Any) -> str:
+    array = bindparam(None, element.values, type_=postgresql.ARRAY(String))
+    return compiler.process(element.expr == any_(array), **kw)
 
 
 def demoted(

@@ -217,8 +217,9 @@ def test_a_chunk_larger_than_a_slice_reads_in_bounded_statements(engine: Engine,
     users: list[set[str]] = []
 
     def note(conn: Any, cursor: Any, sql: str, params: Any, *args: Any) -> None:
-        values = params.values() if isinstance(params, dict) else params
-        users.append({v for v in values if isinstance(v, str) and v.startswith("user-")})
+        values = list(params.values() if isinstance(params, dict) else params)
+        flat = [x for v in values for x in (v if isinstance(v, list) else [v])]  # PostgreSQL binds one array
+        users.append({v for v in flat if isinstance(v, str) and v.startswith("user-")})
 
     event.listen(engine, "before_cursor_execute", note)
     try:

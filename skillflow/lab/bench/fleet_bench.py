@@ -117,12 +117,14 @@ def main() -> None:  # pragma: no cover - a manual entry point
     args = parser.parse_args()
     if args.rows:
         from skillflow.lab.bench.cycle_bench import generate
+        from skillflow.storage.class_stats import recount
         from skillflow.storage.engine import make_engine
         from skillflow.storage.migrations import migrate
 
         engine = make_engine(args.db)
         migrate(engine)
         generate(engine, args.rows, args.tenants, args.classes)
+        recount(engine)  # what the first cycle's fold would do: the measured cycles read maintained statistics
         engine.dispose()
     print(json.dumps(asdict(measure_fleet(args.db, chunks=args.chunks)), indent=1))
 
