@@ -51,7 +51,10 @@ def usable_report(body: Mapping[str, Any] | None) -> PromotionReport | None:
     return PromotionReport.model_validate(body)
 
 
-def _finished(engine: Engine, flow_run_id: str, partitions: Sequence[Partition]) -> dict[Partition, PromotionReport]:
+def finished_reports(
+    engine: Engine, flow_run_id: str, partitions: Sequence[Partition]
+) -> dict[Partition, PromotionReport]:
+    """This flow run's usable stored cycle report per partition that has one (one statement per slice)."""
     out: dict[Partition, PromotionReport] = {}
     ids = {report_id("promotion", flow_run_id, "cycle", a, u): (a, u) for a, u in partitions}
     keys = list(ids)
@@ -96,7 +99,7 @@ def prefetch(
     runs = {p for p in wanted if plan_partition(engine, *p, config, force, counters[p]).run}
     # A due partition asks for its finished report itself (at its lease); only the others need it from here.
     idle = [p for p in wanted if p not in runs]
-    done = _finished(engine, flow_run_id, idle) if flow_run_id and not dry_run and idle else {}
+    done = finished_reports(engine, flow_run_id, idle) if flow_run_id and not dry_run and idle else {}
     due = [p for p in wanted if p in runs and (not dry_run or not counters[p].pending)]  # dry run: aggregate
     stats: dict[Partition, list[ClassStats]] = {}
     if due:

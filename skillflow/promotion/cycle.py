@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select
 from skillflow.kernel.config import PromotionConfig, Settings
 from skillflow.kernel.errors import is_transient
 from skillflow.kernel.models import ClassStats, new_id, utcnow
-from skillflow.promotion.chunk import LEASE_HELD, Prefetched, usable_report
+from skillflow.promotion.chunk import LEASE_HELD, Prefetched, finished_reports
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS
@@ -48,7 +48,6 @@ from skillflow.promotion.validation import ValidationResult
 from skillflow.storage.aggregate import (
     cycle_count,
 )
-from skillflow.storage.reports import report_id
 from skillflow.storage.skills import tenant_filter
 
 log = logging.getLogger("skillflow.promotion.cycle")
@@ -82,14 +81,9 @@ def lease_name(agent_id: str, user_id: str) -> str:
 
 def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user_id: str) -> PromotionReport | None:
     """The stored cycle report of this flow run in this partition, if the cycle already finished (else None)."""
-    from skillflow.storage.schema import reports
-
     if not flow_run_id:
         return None
-    rid = report_id("promotion", flow_run_id, "cycle", agent_id, user_id)
-    with engine.connect() as conn:
-        body = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar()
-    return usable_report(body)
+    return finished_reports(engine, flow_run_id, [(agent_id, user_id)]).get((agent_id, user_id))
 
 
 def process_class(
