@@ -60,14 +60,13 @@ def read_counters(conn: Connection, partitions: Sequence[Partition]) -> dict[Par
         stmt = union_all(
             select(ps.c.agent_id, ps.c.user_id, ps.c.cycle_count, ps.c.runs_at_last_cycle, ps.c.runs_folded, zero)
             .where(*tenant(ps, None, None, part)),
-            select(p.c.agent_id, p.c.user_id, zero, zero, zero, func.count())  # every pending partition: few
+            select(p.c.agent_id, p.c.user_id, zero, zero, zero, func.count())
+            .where(*tenant(p, None, None, part))  # this slice's pending runs only, not every slice's again
             .group_by(p.c.agent_id, p.c.user_id),
         )  # fmt: skip
         rows: dict[Partition, list[int]] = {key: [0, 0, 0, 0] for key in part}
         for a, u, cycles, seen, folded, pending in conn.execute(stmt).all():
-            acc = rows.get((a, u))
-            if acc is None:  # a pending partition outside this slice
-                continue
+            acc = rows[(a, u)]
             for j, v in enumerate((cycles, seen, folded, pending)):
                 acc[j] += int(v or 0)
         out.update({key: Counters(*acc) for key, acc in rows.items()})
