@@ -81,7 +81,13 @@ def _secret_plugins() -> tuple[Any, ...]:
     return tuple(cls() for name, cls in mapping.items() if name not in skip)
 
 
+# A vendor-prefixed key with no digit in it (``sk_AAAA…``) that the entropy plugins score too low to report.
+_PREFIXED_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|pk|rk|ghp|gho|ghs|tok|key|api|xox[abpr])[-_][A-Za-z0-9_-]{16,}")
+
+
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
+    for m in _PREFIXED_KEY.finditer(text):
+        yield m.start(), m.end()
     offset = 0
     for line in text.split("\n"):
         for plugin in _secret_plugins():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import string
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from stdnum import luhn
 
@@ -60,6 +60,7 @@ def _survives(secret: str, text: str) -> bool:
 
 @settings(max_examples=150, deadline=None)
 @given(secret=st.one_of(card_numbers(), emails, tokens, dates), context=st.sampled_from(CONTEXTS))
+@example(secret="sk_AAAAAAAAAAAAAAAA", context="{s}")  # found by this property: a prefixed key without digits
 def test_no_shaped_secret_survives_redaction(secret: str, context: str) -> None:
     out = redact_query("Hello, " + context.format(s=secret))
     assert not _survives(secret, out), (secret, out)
