@@ -44,6 +44,9 @@ class PromotionPartitionsParams(BaseModel):
     force: bool = Field(False, description="Run even if fewer than promotion_every_n_runs runs arrived")
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
     now: datetime | None = Field(None, description="The parent cycle's clock (default: now)")
+    partitions_per_task: int | None = Field(
+        None, ge=1, le=10_000, description="Partitions per task run (default: the fleet setting on a work pool, else 1)"
+    )
     concurrency_limit: str | None = Field(
         None, description="Global concurrency limit per partition (default: the fleet setting on a work pool)"
     )
@@ -54,7 +57,8 @@ def promotion_partitions(params: PromotionPartitionsParams | None = None) -> lis
     """Run the promotion cycle in each partition of the chunk; a failed partition is reported, never fatal."""
     params = params or PromotionPartitionsParams()
     config = load_promotion_config(overrides=params.config_overrides or None)
-    limit = params.concurrency_limit or (FleetSettings().concurrency_limit if current_work_pool() else None)
+    fleet = FleetSettings() if current_work_pool() else None
+    limit = params.concurrency_limit or (fleet.concurrency_limit if fleet else None)
     reports = run_partitions(
         params.database_url,
         [(a, u) for a, u in params.partitions],
@@ -63,6 +67,7 @@ def promotion_partitions(params: PromotionPartitionsParams | None = None) -> lis
         params.dry_run,
         params.force,
         limit,
+        params.partitions_per_task or (fleet.partitions_per_task if fleet else 1),
     )
     publish_report(reports)
     return reports

@@ -7,15 +7,18 @@ Each task calls the one composition in :mod:`skillflow.promotion.cycle`; a task 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TypeVar
 
 from prefect import get_run_logger
 
-from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.config import PromotionConfig, get_settings
 from skillflow.promotion import cycle
 from skillflow.promotion.chunk import Prefetched, prefetch
 from skillflow.promotion.report import PromotionReport
 from skillflow.storage.aggregate import partitions
 from tasks.common import engine_for, flow_run_id, stage, task_run_namer
+
+T = TypeVar("T")
 
 
 @stage(run_name=task_run_namer("list-partitions", "agent_id", "user_id"))
@@ -118,6 +121,54 @@ def distill_one_class(
     return report
 
 
+def batch_run_name() -> str:
+    """``cycle-<n>-from-<first agent>-<first user>``: how many partitions the task run holds and where it starts."""
+    from prefect.runtime import task_run
+
+    batch = (task_run.parameters or {}).get("batch") or []
+    first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
+    return f"cycle-{len(batch)}-from-{first}"
+
+
+@stage(retries=0, run_name=batch_run_name)
+def cycle_batch(
+    database_url: str | None,
+    batch: list[tuple[str, str]],
+    config: PromotionConfig,
+    now: datetime,
+    dry_run: bool,
+    force: bool,
+    prefetched: dict[tuple[str, str], Prefetched],
+) -> tuple[list[PromotionReport], list[tuple[str, str]]]:
+    """Several partitions' cycles in one task run: (their reports, the partitions that raised).
+
+    Each partition is the same composition as :func:`cycle_partition`; one that raises is handed back, and
+    :func:`run_partitions` runs it again as its own task run, with the transient retries and a failed state of its
+    own in the UI. A task run costs the Prefect server about 50 ms of CPU (three state events) whatever the
+    partition does (docs/BENCHMARKS.md, "Scale"), so a fleet runs partitions in batches.
+    """
+    engine, run_id, settings = engine_for(database_url), flow_run_id(), get_settings()
+    reports: list[PromotionReport] = []
+    deferred: list[tuple[str, str]] = []
+    for agent_id, user_id in batch:
+        try:
+            report = cycle.run_partition(
+                engine, agent_id, user_id, config, dry_run=dry_run, force=force, now=now, flow_run_id=run_id,
+                settings=settings, prefetched=prefetched.get((agent_id, user_id)),
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001 - the partition runs again alone, where its failure is retried and shown
+            deferred.append((agent_id, user_id))
+            continue
+        log_report(report)
+        reports.append(report)
+    return reports, deferred
+
+
+def batches(items: list[T], size: int) -> list[list[T]]:
+    """``items`` in contiguous slices of at most ``size`` (order kept)."""
+    return [items[i : i + size] for i in range(0, len(items), max(size, 1))]
+
+
 def run_partitions(
     database_url: str | None,
     partitions: list[tuple[str, str]],
@@ -126,8 +177,9 @@ def run_partitions(
     dry_run: bool,
     force: bool,
     limit: str | None = None,
+    per_task: int = 1,
 ) -> list[PromotionReport]:
-    """One chunk of partitions, one task run each (called by a flow, never a task itself).
+    """One chunk of partitions, one task run each or ``per_task`` per task run (called by a flow, never a task).
 
     Partitions are isolated: one that fails (after its transient retries) gets a stored report naming the
     stage and error class, and the next one still runs. ``limit`` names the global concurrency limit the chunk
@@ -135,28 +187,39 @@ def run_partitions(
     many partitions hit the database and the provider at once across the fleet, at one acquisition per chunk
     instead of one per partition (an acquisition is a round trip to the Prefect server, ~0.1 s; per partition it
     dominated the cycle, docs/BENCHMARKS.md). The per-partition lease stays the guard against a double promotion.
+    With ``per_task`` > 1 (a fleet's ``partitions_per_task``) partitions run in batches (:func:`cycle_batch`); a
+    partition that raises in its batch runs again alone, so its failure is still its own failed task run.
     Events for promoted skills and rejected classes follow each partition. One read serves the chunk
     (:func:`skillflow.promotion.chunk.prefetch`): a partition that is not due costs no statement.
     """
     from tasks.events import emit_promotion
     from tasks.fanout import partition_slot
 
-    reports: list[PromotionReport] = []
+    reports: dict[tuple[str, str], PromotionReport] = {}
     with partition_slot(limit):
         shared = read_chunk(database_url, partitions, config, dry_run, force, flow_run_id()) if partitions else {}
-        for agent_id, user_id in partitions:
-            mine = shared.get((agent_id, user_id))
-            state = cycle_partition(
-                database_url, agent_id, user_id, config, now, dry_run, force, mine, return_state=True
-            )
-            if state.is_completed():
-                report = state.result()
-            else:
-                reason = cycle.failure_reason(state.result(raise_on_failure=False))
-                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
-            emit_promotion([report])
-            reports.append(report)
-    return reports
+        for group in batches(partitions, per_task) if per_task > 1 else [[p] for p in partitions]:
+            alone = group
+            if per_task > 1:
+                mine = {p: shared[p] for p in group if p in shared}
+                batch = cycle_batch(database_url, group, config, now, dry_run, force, mine, return_state=True)
+                done, alone = batch.result() if batch.is_completed() else ([], group)
+                for report in done:
+                    reports[(report.agent_id, report.user_id)] = report
+                emit_promotion(done)
+            for agent_id, user_id in alone:
+                state = cycle_partition(
+                    database_url, agent_id, user_id, config, now, dry_run, force, shared.get((agent_id, user_id)),
+                    return_state=True,
+                )  # fmt: skip
+                if state.is_completed():
+                    report = state.result()
+                else:
+                    reason = cycle.failure_reason(state.result(raise_on_failure=False))
+                    report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
+                emit_promotion([report])
+                reports[(agent_id, user_id)] = report
+    return [reports[p] for p in dict.fromkeys(partitions)]
 
 
 CHILD_DEPLOYMENT = "promotion-partitions/promotion-partitions"

@@ -14,7 +14,8 @@ from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import reports, skillbox
 from tasks import events
 from tasks.fanout import FleetSettings, chunk, resolve_mode
-from tests.support.promotion import agent, record_cancel
+from tests.flows.conftest import Names
+from tests.support.promotion import AGENT, agent, record_cancel
 
 
 def test_chunks_keep_order_and_differ_by_at_most_one() -> None:
@@ -101,4 +102,90 @@ def test_local_fan_out_isolates_a_failing_partition(
     assert again.partition_failed is None and again.promoted == []  # covered by the live skill: no double
     with engine.connect() as conn:
         assert len(conn.execute(select(skillbox)).all()) == 3
+    engine.dispose()
+
+
+@pytest.mark.prefect
+@pytest.mark.usefixtures("offline_providers")
+def test_batched_partitions_run_a_failing_partition_again_in_its_own_task_run(
+    prefect_harness: None, task_names: Names, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's chunk runs partitions in batches (one task run per batch); the partition that raises in its
+    batch runs again alone, so its failure is its own Failed task run, and every partition is reported once."""
+    from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
+
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    users = ["u1", "u2", "u3"]
+    for user in users:
+        for i in range(6):
+            record_cancel(sf, user, i)
+    real_flags, real_run = cycle.review_flags, cycle.run_partition
+    runs: list[str] = []
+
+    def flags(engine: Any, agent_id: str, user_id: str) -> list[str]:
+        if user_id == "u2":
+            raise KeyError("broken partition")
+        return real_flags(engine, agent_id, user_id)
+
+    def counted(engine: Any, agent_id: str, user_id: str, *args: Any, **kwargs: Any) -> Any:
+        runs.append(user_id)
+        return real_run(engine, agent_id, user_id, *args, **kwargs)
+
+    monkeypatch.setattr(cycle, "review_flags", flags)
+    monkeypatch.setattr(cycle, "run_partition", counted)
+    params = PromotionPartitionsParams(
+        database_url=url,
+        partitions=[(AGENT, u) for u in users],
+        force=True,
+        partitions_per_task=2,
+        config_overrides={"require_shadow": False},
+    )
+    got = promotion_partitions(params)
+    assert [r.user_id for r in got] == users  # the chunk's order, whatever ran again
+    assert {r.user_id: r.partition_failed for r in got} == {"u1": None, "u2": "report failed: KeyError", "u3": None}
+    assert sorted(runs) == ["u1", "u2", "u2", "u3"]  # u2 in its batch, then alone (a non-transient error: no retry)
+    with engine.connect() as conn:
+        stored = conn.execute(select(reports.c.user_id, reports.c.body)).all()
+        skills = conn.execute(select(skillbox.c.user_id)).all()
+    assert sorted(u for u, _ in stored) == users  # one report per partition, exactly once
+    assert {u: b["partition_failed"] for u, b in stored} == {"u1": None, "u2": "report failed: KeyError", "u3": None}
+    assert sorted(u for (u,) in skills) == users  # u2's skill landed once: its rerun found it live
+    batches = {f"cycle-2-from-{AGENT}-u1", f"cycle-1-from-{AGENT}-u3"}
+    expected = batches | {f"cycle-{AGENT}-u2", f"partition-failed-{AGENT}-u2"}
+    assert expected <= task_names.task_runs, task_names.task_runs
+    engine.dispose()
+
+
+@pytest.mark.prefect
+@pytest.mark.usefixtures("offline_providers")
+def test_a_batch_that_fails_outside_its_partitions_runs_each_of_them_alone(
+    prefect_harness: None, task_names: Names, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tasks.promotion
+    from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
+
+    url = f"sqlite:///{tmp_path / 'batch.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for user in ("u1", "u2"):
+        for i in range(6):
+            record_cancel(sf, user, i)
+
+    def broken() -> Any:
+        raise RuntimeError("settings unreadable in this task run")
+
+    monkeypatch.setattr(tasks.promotion, "get_settings", broken)  # the batch fails before its first partition
+    params = PromotionPartitionsParams(
+        database_url=url, partitions=[(AGENT, "u1"), (AGENT, "u2")], force=True, partitions_per_task=5,
+        config_overrides={"require_shadow": False},
+    )  # fmt: skip
+    got = promotion_partitions(params)
+    assert [(r.user_id, r.partition_failed, len(r.promoted)) for r in got] == [("u1", None, 1), ("u2", None, 1)]
+    assert {f"cycle-{AGENT}-u1", f"cycle-{AGENT}-u2"} <= task_names.task_runs
+    with engine.connect() as conn:
+        assert len(conn.execute(select(skillbox)).all()) == 2
     engine.dispose()

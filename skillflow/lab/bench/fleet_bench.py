@@ -1,11 +1,13 @@
 """The whole promotion cycle on a local process work pool: one worker against two, same database and data.
 
 ``measure_fleet(url)`` starts a local fleet (``skillflow.lab.fleet.LocalFleet``: ``prefect server``,
-``skillflow deploy``, one control worker, two compute workers with ``--limit 1``), runs one warm-up cycle
-for a single tenant, then the whole cycle with two compute workers, stops one worker and runs it again.
-Both measured cycles are dry runs with the same ``chunks``, so they do the same work on the same rows
-(aggregation, gates, evidence, distillation, validation; nothing is stored, so the second run is not
-cheaper than the first). ``skillflow bench scale`` calls it; ``python -m skillflow.lab.bench.fleet_bench
+``skillflow deploy``, one control worker, two compute workers with ``--limit 1``), pauses the schedules of the
+other deployments (a scheduled drift check or shadow drain would otherwise land in some measurements and not in
+others), runs one warm-up cycle for a single tenant, then ``rounds`` times: the whole cycle with two compute
+workers, one worker stopped, the cycle again, the worker started again. Every measured cycle is a dry run with the
+same ``chunks``, so all do the same work on the same rows (aggregation, gates, evidence, distillation, validation;
+nothing is stored, so a later run is not cheaper than an earlier one). The speed-up is the ratio of the medians.
+``skillflow bench scale`` calls it; ``python -m skillflow.lab.bench.fleet_bench
 --db URL [--rows N --tenants N --classes N]`` seeds a database and runs it alone.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,9 +34,12 @@ class FleetBenchResult:
 
     partitions: int
     chunks: int
-    one_worker_s: float
+    one_worker_s: float  # median over the rounds
     two_workers_s: float
-    speedup: float
+    speedup: float  # one_worker_s / two_workers_s
+    one_worker_runs: list[float] = field(default_factory=list)
+    two_workers_runs: list[float] = field(default_factory=list)
+    partitions_per_task: int = 0
     setup: dict[str, float] = field(default_factory=dict)
 
 
@@ -57,6 +63,20 @@ def _cycle(url: str, chunks: int, timeout: float, **scope: str) -> float:
     return elapsed
 
 
+def _pause_other_schedules(keep: tuple[str, ...] = ("promotion-cycle", "promotion-partitions")) -> int:
+    """Pause every deployment but the measured ones; how many were paused."""
+    from prefect.client.orchestration import get_client
+
+    paused = 0
+    with get_client(sync_client=True) as client:
+        flows = {f.id: f.name for f in client.read_flows()}
+        for dep in client.read_deployments():
+            if flows.get(dep.flow_id) not in keep:
+                client.pause_deployment(dep.id)
+                paused += 1
+    return paused
+
+
 def _partitions(url: str) -> list[tuple[str, str]]:
     from skillflow.storage.aggregate import partitions
     from skillflow.storage.engine import make_engine
@@ -73,36 +93,49 @@ def measure_fleet(
     database_url: str,
     *,
     chunks: int = 2,
+    rounds: int = 3,
     home: Path | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 3600.0,
 ) -> FleetBenchResult:
-    """Wall time of the whole cycle with two compute workers, then with one; ``speedup`` = one / two."""
+    """Wall times of the whole cycle with two compute workers and with one, alternating ``rounds`` times."""
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    from tasks.fanout import FleetSettings
 
     parts = _partitions(database_url)
     if not parts:
         raise ValueError("the database has no partitions: seed it first")
+    two: list[float] = []
+    one: list[float] = []
     with tempfile.TemporaryDirectory(prefix="skillflow-fleet-") as tmp:
         fleet = LocalFleet(home or Path(tmp) / "prefect", env={**OFFLINE_ENV, **(env or {})})
         with fleet:
             fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", database_url, "--json")
-            fleet.start_workers("ctl", 1, limit=None)
-            fleet.start_workers("compute", 2, limit=1)
             settings = {PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}
             with temporary_settings(settings):
+                fleet.timings["paused_deployments"] = _pause_other_schedules()
+                fleet.start_workers("ctl", 1, limit=None)
+                fleet.start_workers("compute", 2, limit=1)
                 agent, user = parts[0]
                 _cycle(database_url, 1, timeout, agent_id=agent, user_id=user)  # warm-up: imports, caches
-                two = _cycle(database_url, chunks, timeout)
-                fleet.stop_workers("compute", keep=1)
-                one = _cycle(database_url, chunks, timeout)
+                for i in range(rounds):
+                    if i:
+                        fleet.start_workers("compute", 1, limit=1)
+                    two.append(round(_cycle(database_url, chunks, timeout), 2))
+                    fleet.stop_workers("compute", keep=1)
+                    one.append(round(_cycle(database_url, chunks, timeout), 2))
             setup = dict(fleet.timings)
+    one_s, two_s = statistics.median(one), statistics.median(two)
     return FleetBenchResult(
         partitions=len(parts),
         chunks=chunks,
-        one_worker_s=round(one, 2),
-        two_workers_s=round(two, 2),
-        speedup=round(one / two, 2),
+        one_worker_s=round(one_s, 2),
+        two_workers_s=round(two_s, 2),
+        speedup=round(one_s / two_s, 2),
+        one_worker_runs=one,
+        two_workers_runs=two,
+        partitions_per_task=FleetSettings().partitions_per_task,
         setup=setup,
     )
 
@@ -114,6 +147,7 @@ def main() -> None:  # pragma: no cover - a manual entry point
     parser.add_argument("--tenants", type=int, default=200)
     parser.add_argument("--classes", type=int, default=5)
     parser.add_argument("--chunks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="Alternating two-worker / one-worker cycles")
     args = parser.parse_args()
     if args.rows:
         from skillflow.lab.bench.cycle_bench import generate
@@ -126,7 +160,7 @@ def main() -> None:  # pragma: no cover - a manual entry point
         generate(engine, args.rows, args.tenants, args.classes)
         recount(engine)  # what the first cycle's fold would do: the measured cycles read maintained statistics
         engine.dispose()
-    print(json.dumps(asdict(measure_fleet(args.db, chunks=args.chunks)), indent=1))
+    print(json.dumps(asdict(measure_fleet(args.db, chunks=args.chunks, rounds=args.rounds)), indent=1))
 
 
 if __name__ == "__main__":
