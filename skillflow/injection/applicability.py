@@ -113,18 +113,26 @@ def rule_document(rule: Rule) -> dict[str, Any]:
         "tools_before": rule.tools_before,
         "reason": rule.reason,
         "inner": rule.inner,
+        "weights": None if rule.weights is None else _b64(rule.weights),
+        "bias": None if rule.bias is None else _b64(rule.bias),
+        "strength": rule.strength,
     }
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, np.float64).tobytes()).decode()
 
 
 def rule_from_document(doc: Mapping[str, Any]) -> Rule:
     dim = int(doc.get("dim") or 0)
     raw = np.frombuffer(base64.b64decode(doc.get("exemplars") or ""), dtype=np.float32)
+    labels = list(doc.get("labels") or [])
     return Rule(
         view=doc.get("view"),
         margin=float(doc.get("margin") or 0.0),
         floors={k: (NEVER if v is None else float(v)) for k, v in (doc.get("floors") or {}).items()},
         lower_bound=float(doc.get("lower_bound") or 0.0),
-        labels=list(doc.get("labels") or []),
+        labels=labels,
         exemplars=raw.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32),
         exemplar_labels=np.asarray(doc.get("exemplar_labels") or [], dtype=np.int64),
         skills=[
@@ -134,6 +142,11 @@ def rule_from_document(doc: Mapping[str, Any]) -> Rule:
         tools_before={k: list(v) for k, v in (doc.get("tools_before") or {}).items()},
         reason=str(doc.get("reason") or ""),
         inner=dict(doc.get("inner") or {}),
+        weights=np.frombuffer(base64.b64decode(doc["weights"]), np.float64).reshape(len(labels), dim)
+        if doc.get("weights") and dim
+        else None,
+        bias=np.frombuffer(base64.b64decode(doc["bias"]), np.float64) if doc.get("bias") else None,
+        strength=doc.get("strength"),
     )
 
 

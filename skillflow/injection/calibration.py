@@ -10,6 +10,11 @@ performing one, the intent's champion), and an intent whose procedures contradic
 chosen. The fit is a grouped cross-validation on the history (groups = conversations, never single runs):
 it chooses the view, a margin over the runner-up label (``NONE`` included) and a similarity floor per
 intent so that the inner-CV wrong and false injections stay within budget while hits are maximised.
+The score is a regularised multinomial logistic regression over the view's vectors (labels = intents +
+``NONE``, trained on each inner fold like the exemplars, its ``C`` chosen by the same inner CV): a label's
+score is its probability, renormalised over the labels the calls already made leave, so the margin is
+p1 - p2 and the floors (and ``lower_bound``) apply to p1. Rules stored without weights keep the 1-NN
+max-cosine score.
 Injecting nothing is always feasible, and is what the rule does until the history supports more.
 """
 
@@ -26,6 +31,9 @@ READ_ONLY = "read-only"
 NEVER = float("inf")
 MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 MIN_INTENT_CANDIDATES = 5  # an intent gets its own floor only with this many inner-CV candidates
+CS = (1.0, 10.0, 100.0)  # logistic regression strengths tried by the inner CV (ties: the first, most regularised)
+LR_ITERS = 1000
+LR_TOLERANCE = 1e-6  # stop when no coordinate of the (objective / C n) gradient exceeds this
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,9 @@ class Rule:
     tools_before: dict[str, list[str]]
     reason: str = ""
     inner: dict[str, int] = field(default_factory=dict)
+    weights: np.ndarray | None = None  # (labels, dim) logistic regression; None: max-cosine scores (older rules)
+    bias: np.ndarray | None = None  # (labels,), -inf for a label without exemplars
+    strength: float | None = None  # the logistic regression's C chosen by the inner CV
     _parts: tuple[_Index, dict[str, list[LiveSkill]], dict[str, set[str]]] | None = field(
         default=None, repr=False, compare=False
     )
@@ -89,6 +100,7 @@ class Rule:
             index.labels, index.vecs, index.lab = self.labels, self.exemplars, self.exemplar_labels
             index.starts = np.searchsorted(index.lab, np.arange(len(self.labels)))
             index.present = np.isin(np.arange(len(self.labels)), index.lab)
+            index.w, index.b = self.weights, self.bias
             before = {k: set(v) for k, v in self.tools_before.items()}
             self._parts = (index, _by_intent(self.skills), before)
         return self._parts
@@ -116,7 +128,7 @@ def champion(skills: Sequence[LiveSkill], prefix: Sequence[str]) -> LiveSkill | 
 class _Index:
     """Exemplars labelled by intent (or NONE), grouped by label for one ``maximum.reduceat``."""
 
-    def __init__(self, labels: list[str], vecs: np.ndarray, lab: list[str]) -> None:
+    def __init__(self, labels: list[str], vecs: np.ndarray, lab: list[str], c: float | None = None) -> None:
         self.labels = labels
         lid = {name: i for i, name in enumerate(labels)}
         ids = np.asarray([lid[x] for x in lab], dtype=np.int64)
@@ -125,13 +137,56 @@ class _Index:
         self.lab = ids[order]
         self.starts = np.searchsorted(self.lab, np.arange(len(labels)))
         self.present = np.isin(np.arange(len(labels)), self.lab)
+        self.w: np.ndarray | None = None
+        self.b: np.ndarray | None = None
+        if c is not None and self.vecs.shape[0]:
+            self.w, self.b = _logistic(self.vecs, self.lab, self.present, c)
 
     def best(self, q: np.ndarray) -> np.ndarray:
         out = np.full(len(self.labels), -np.inf)
+        if self.w is not None and self.b is not None:
+            z = self.w @ np.asarray(q, dtype=np.float64) + self.b
+            p = np.exp(z - z.max())
+            return np.where(np.isfinite(self.b), p / p.sum(), -np.inf)
         if self.vecs.shape[0]:
             sims = self.vecs @ np.asarray(q, dtype=np.float32)
             out[self.present] = np.maximum.reduceat(sims, self.starts[self.present])
         return out
+
+
+def _logistic(vecs: np.ndarray, lab: np.ndarray, present: np.ndarray, c: float) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression, min 0.5 ||W||^2 + C * sum of log-losses (intercept unpenalised), by
+    Nesterov's accelerated gradient with the exact smoothness bound: deterministic, numpy only."""
+    labels = np.flatnonzero(present)
+    w_all = np.zeros((present.shape[0], vecs.shape[1]))
+    b_all = np.full(present.shape[0], -np.inf)
+    if len(labels) < 2:
+        b_all[labels] = 0.0
+        return w_all, b_all
+    n, d = vecs.shape
+    x = np.hstack([vecs.astype(np.float64), np.ones((n, 1))])
+    y = np.zeros((n, len(labels)))
+    y[np.arange(n), np.searchsorted(labels, lab)] = 1.0
+    lam = 1.0 / (c * n)  # the objective divided by C * n
+    smooth = 0.5 * float(np.linalg.eigvalsh(x.T @ x if d < n else x @ x.T)[-1]) / n + lam
+    q = np.sqrt(lam / smooth)
+    beta = (1 - q) / (1 + q)
+    pen = np.ones((d + 1, 1))
+    pen[-1] = 0.0
+    w = np.zeros((d + 1, len(labels)))
+    v = w.copy()
+    for _ in range(LR_ITERS):
+        z = x @ v
+        p = np.exp(z - z.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        grad = x.T @ (p - y) / n + lam * pen * v
+        if float(np.abs(grad).max()) < LR_TOLERANCE:  # converged: further steps move no probability visibly
+            w = v
+            break
+        step = v - grad / smooth
+        v, w = step + beta * (step - w), step
+    w_all[labels], b_all[labels] = w[:-1].T, w[-1]
+    return w_all, b_all
 
 
 def _score(
@@ -147,6 +202,9 @@ def _score(
     for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
         if label != NONE and done and not done <= tools_before.get(label, set()):
             best[i] = -np.inf
+    live = np.isfinite(best)
+    if index.w is not None and best[live].sum() > 0:  # probabilities: condition on the calls made
+        best[live] /= best[live].sum()
     order = np.argsort(-best, kind="stable")
     label, s1 = index.labels[order[0]], float(best[order[0]])
     s2 = float(best[order[1]]) if len(order) > 1 else -np.inf
@@ -211,7 +269,9 @@ class _Records:
         return hits, wrong, false
 
 
-def _records(examples: Sequence[Example], skills: Sequence[LiveSkill], view: str, budget: Budget) -> _Records:
+def _records(
+    examples: Sequence[Example], skills: Sequence[LiveSkill], view: str, budget: Budget, c: float | None = None
+) -> _Records:
     by_intent = _by_intent(skills)
     labels = _labels(skills)
     rows: list[tuple[str, float, float, bool, bool, bool]] = []
@@ -224,6 +284,7 @@ def _records(examples: Sequence[Example], skills: Sequence[LiveSkill], view: str
             labels,
             np.stack([e.vectors[view] for e in train]),
             [e.intent if e.intent in by_intent else NONE for e in train],
+            c,
         )
         before = _tools_before(train)
         for i in fold:
@@ -308,15 +369,17 @@ def fit(
         )
     if len({e.group for e in examples}) < budget.folds:
         return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
-    best: tuple[tuple[int, int], str, float, dict[str, float], tuple[int, int, int], _Records] | None = None
-    for i, view in enumerate(views):
-        r = _records(examples, skills, view, budget)
-        m, floors, c = _fit_floors(r, budget, lower_bound)
-        key = (c[0], -i)  # most hits; ties keep the earlier (simpler) view
-        if best is None or key > best[0]:
-            best = (key, view, m, floors, c, r)
+    best: tuple[tuple[int, int, int], str, float, float, dict[str, float], tuple[int, int, int], _Records] | None
+    best = None
+    for j, strength in enumerate(CS):
+        for i, view in enumerate(views):
+            r = _records(examples, skills, view, budget, strength)
+            m, floors, c = _fit_floors(r, budget, lower_bound)
+            key = (c[0], -j, -i)  # most hits; ties keep the stronger regularisation, then the earlier view
+            if best is None or key > best[0]:
+                best = (key, view, strength, m, floors, c, r)
     assert best is not None
-    _, view, m, floors, c, r = best
+    _, view, strength, m, floors, c, r = best
     inner = {"hits": c[0], "wrong": c[1], "false": c[2], "positives": r.n_pos, "negatives": r.n_neg}
     if c[0] == 0:
         rule = nothing("no setting injects within budget on the history", skills, lower_bound, dim)
@@ -330,9 +393,12 @@ def fit(
             keep[label].append(e)
     lab = [label for label, exs in keep.items() for _ in exs]
     vecs = np.stack([e.vectors[view] for exs in keep.values() for e in exs]).astype(np.float32)
-    index = _Index(labels, vecs, lab)
+    index = _Index(labels, vecs, lab, strength)
     before = {k: sorted(v) for k, v in _tools_before(examples).items()}
-    return Rule(view, m, floors, lower_bound, labels, index.vecs, index.lab, list(skills), before, "fitted", inner)
+    return Rule(
+        view, m, floors, lower_bound, labels, index.vecs, index.lab, list(skills), before, "fitted", inner,
+        index.w, index.b, strength,
+    )  # fmt: skip
 
 
 def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:

@@ -82,6 +82,7 @@ def summary(rule: Rule, fp: str) -> dict[str, Any]:
         "reason": rule.reason,
         "view": rule.view,
         "margin": rule.margin,
+        "strength": rule.strength,
         "floors": {k: (None if v == NEVER else round(v, 4)) for k, v in sorted(rule.floors.items())},
         "lower_bound": rule.lower_bound,
         "live_skills": len(rule.skills),

@@ -100,7 +100,7 @@ def test_inner_cv_counts_stay_within_the_budgets(overlap: float) -> None:
     assert inner["false"] <= budget.false * inner["negatives"]
     # Re-scoring the inner records at the fitted setting reproduces the reported counts (no hard-coded result).
     if rule.injects:
-        r = _records(history(seed=3, n=40, overlap=overlap), SKILLS, "v", budget)
+        r = _records(history(seed=3, n=40, overlap=overlap), SKILLS, "v", budget, rule.strength)
         fv = np.array([rule.floors.get(str(lab), np.inf) for lab in r.lab])
         assert r.counts(rule.margin, fv) == (inner["hits"], inner["wrong"], inner["false"])
 
@@ -150,3 +150,33 @@ def test_the_fit_picks_the_view_that_separates() -> None:
     rule = fit(data, SKILLS, ["w", "v"], Budget(min_negatives=5), 0.0)
     assert rule.view == "v"
     assert NONE in rule.labels
+
+
+def test_the_score_is_a_probability_renormalised_over_the_labels_the_calls_leave() -> None:
+    rule = fit(history(), SKILLS, ["v"], Budget(wrong=0.02, false=0.03, min_negatives=5), lower_bound=0.0)
+    assert rule.weights is not None and rule.bias is not None and rule.strength in (1.0, 10.0, 100.0)
+    index, by_intent, before = rule.parts()
+    q = around(1, np.random.default_rng(5))  # a booking request
+    p = index.best(q)
+    assert np.isclose(p.sum(), 1.0) and rule.labels[int(np.argmax(p))] == "book_reservation"
+    # After a call only cancel procedures make (get_reservation), book is contradicted: its mass goes, and what is
+    # left is renormalised, so the decision's score is cancel's share of (cancel + NONE).
+    d = decide(rule, q, ("get_user", "get_reservation"))
+    i_cancel, i_none = rule.labels.index("cancel_reservation"), rule.labels.index(NONE)
+    expected = max(p[i_cancel], p[i_none]) / (p[i_cancel] + p[i_none])
+    assert d.intent != "book_reservation" and np.isclose(d.score, expected)
+
+
+def test_the_classifier_is_deterministic_and_survives_the_stored_document() -> None:
+    from skillflow.injection.applicability import rule_document, rule_from_document
+
+    budget = Budget(wrong=0.02, false=0.03, min_negatives=5)
+    rule, again = fit(history(), SKILLS, ["v"], budget, 0.0), fit(history(), SKILLS, ["v"], budget, 0.0)
+    assert rule.weights is not None and again.weights is not None
+    assert np.array_equal(rule.weights, again.weights) and rule.floors == again.floors
+    loaded = rule_from_document(rule_document(rule))
+    rng = np.random.default_rng(11)
+    for axis in (0, 1, 2, 0, 1):
+        q = around(axis, rng)
+        for prefix in ((), PRE_A, PRE_B):
+            assert decide(loaded, q, prefix) == decide(rule, q, prefix)

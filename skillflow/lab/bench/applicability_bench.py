@@ -195,8 +195,9 @@ def evaluate(
         ]
         rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
         floors = {i: round(f, 3) for i, f in rule.floors.items()}
-        fitted.append({"fold": k, "skills": len(skills), "view": rule.view, "margin": rule.margin,
-                       "reason": rule.reason, "floors": floors, "inner": rule.inner})  # fmt: skip
+        fitted.append({"fold": k, "skills": len(skills), "view": rule.view, "strength": rule.strength,
+                       "margin": rule.margin, "reason": rule.reason, "floors": floors,
+                       "inner": rule.inner})  # fmt: skip
         progress(f"fold {k}: {len(skills)} skills, rule {rule.reason}")
         intents = {s.intent for s in skills}
         by_class = {s.skill_id: s for s in skills}
