@@ -155,7 +155,7 @@ def test_the_fit_picks_the_view_that_separates() -> None:
 def test_the_score_is_a_probability_renormalised_over_the_labels_the_calls_leave() -> None:
     rule = fit(history(), SKILLS, ["v"], Budget(wrong=0.02, false=0.03, min_negatives=5), lower_bound=0.0)
     assert rule.weights is not None and rule.bias is not None and rule.strength in (1.0, 10.0, 100.0)
-    index, by_intent, before = rule.parts()
+    index = rule.parts()[0]
     q = around(1, np.random.default_rng(5))  # a booking request
     p = index.best(q)
     assert np.isclose(p.sum(), 1.0) and rule.labels[int(np.argmax(p))] == "book_reservation"
