@@ -45,7 +45,13 @@ class PromotionConfig(BaseModel):
         0.80, ge=0.0, le=1.0, description="Readiness success floor"
     )
     skill_injection_role: Literal["user", "developer"] = Field("user", description="Authority of new skills")
-    retrieval_min_similarity: float = Field(0.70, ge=-1.0, le=1.0, description="Injection threshold")
+    retrieval_min_similarity: float = Field(
+        0.70,
+        ge=-1.0,
+        le=1.0,
+        description="Injection threshold: a cosine until the tenant's first fit, then the lower bound of the fitted "
+        "rule's probability floors",
+    )
     max_skills_in_context: int = Field(2, ge=0, le=20, description="Skills injected per turn")
     applicability_wrong_budget: float = Field(
         0.02, ge=0.0, le=1.0, description="Fitted rule: most wrong-skill injections per applicable request (inner CV)"

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 
 from skillflow.promotion import cycle
 from skillflow.storage.engine import make_engine
@@ -16,6 +16,18 @@ from tasks import events
 from tasks.fanout import FleetSettings, chunk, resolve_mode
 from tests.flows.conftest import Names
 from tests.support.promotion import AGENT, agent, record_cancel
+
+
+def seeded(tmp_path: Path, users: list[str]) -> tuple[str, Engine]:
+    """A migrated SQLite database whose tenants each have six runs of one cancel procedure (one class to land)."""
+    url = f"sqlite:///{tmp_path / 'fan.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for user in users:
+        for i in range(6):
+            record_cancel(sf, user, i)
+    return url, engine
 
 
 def test_chunks_keep_order_and_differ_by_at_most_one() -> None:
@@ -60,14 +72,8 @@ def test_local_fan_out_isolates_a_failing_partition(
     from flows.promotion_cycle import PartitionsFailed, PromotionCycleParams, promotion_cycle
     from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
 
-    url = f"sqlite:///{tmp_path / 'fan.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
     users = ["u1", "u2", "u3"]
-    for user in users:
-        for i in range(6):
-            record_cancel(sf, user, i)
+    url, engine = seeded(tmp_path, users)
     real = cycle.review_flags
 
     def flags(engine: Any, agent_id: str, user_id: str) -> list[str]:
@@ -114,14 +120,8 @@ def test_batched_partitions_run_a_failing_partition_again_in_its_own_task_run(
     batch runs again alone, so its failure is its own Failed task run, and every partition is reported once."""
     from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
 
-    url = f"sqlite:///{tmp_path / 'batch.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
     users = ["u1", "u2", "u3"]
-    for user in users:
-        for i in range(6):
-            record_cancel(sf, user, i)
+    url, engine = seeded(tmp_path, users)
     real_flags, real_run = cycle.review_flags, cycle.run_partition
     runs: list[str] = []
 
@@ -167,13 +167,7 @@ def test_a_batch_that_fails_outside_its_partitions_runs_each_of_them_alone(
     import tasks.promotion
     from flows.promotion_partitions import PromotionPartitionsParams, promotion_partitions
 
-    url = f"sqlite:///{tmp_path / 'batch.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for user in ("u1", "u2"):
-        for i in range(6):
-            record_cancel(sf, user, i)
+    url, engine = seeded(tmp_path, ["u1", "u2"])
 
     def broken() -> Any:
         raise RuntimeError("settings unreadable in this task run")
