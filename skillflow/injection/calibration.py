@@ -10,11 +10,12 @@ performing one, the intent's champion), and an intent whose procedures contradic
 chosen. The fit is a grouped cross-validation on the history (groups = conversations, never single runs):
 it chooses the view, a margin over the runner-up label (``NONE`` included) and a similarity floor per
 intent so that the inner-CV wrong and false injections stay within budget while hits are maximised.
-The score is a regularised multinomial logistic regression over the view's vectors (labels = intents +
-``NONE``, trained on each inner fold like the exemplars, its ``C`` chosen by the same inner CV): a label's
-score is its probability, renormalised over the labels the calls already made leave, so the margin is
-p1 - p2 and the floors (and ``lower_bound``) apply to p1. Rules stored without weights keep the 1-NN
-max-cosine score.
+The score is chosen by the same inner CV from the nearest exemplar (max cosine per label) and a regularised
+multinomial logistic regression over the view's vectors (labels = intents + ``NONE``, trained on each inner
+fold like the exemplars, strength ``C`` from ``CS``): a label's score is then its probability, renormalised
+over the labels the calls already made leave, so the margin is p1 - p2 and the floors (and ``lower_bound``)
+apply to p1. A tenant whose requests repeat its past phrasings is served best by the nearest exemplar, one
+whose new requests are paraphrases by the classifier. Rules without weights use the cosine score.
 Injecting nothing is always feasible, and is what the rule does until the history supports more.
 """
 
@@ -31,7 +32,9 @@ READ_ONLY = "read-only"
 NEVER = float("inf")
 MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 MIN_INTENT_CANDIDATES = 5  # an intent gets its own floor only with this many inner-CV candidates
-CS = (1.0, 10.0, 100.0)  # logistic regression strengths tried by the inner CV (ties: the first, most regularised)
+# Scores the inner CV chooses from: None = nearest exemplar (max cosine per label), else the logistic regression's
+# strength C. Ties keep the earlier: the nearest exemplar, then the stronger regularisation.
+CS: tuple[float | None, ...] = (None, 1.0, 10.0, 100.0)
 LR_ITERS = 1000
 LR_TOLERANCE = 1e-6  # stop when no coordinate of the (objective / C n) gradient exceeds this
 
@@ -369,13 +372,13 @@ def fit(
         )
     if len({e.group for e in examples}) < budget.folds:
         return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
-    best: tuple[tuple[int, int, int], str, float, float, dict[str, float], tuple[int, int, int], _Records] | None
+    best: tuple[tuple[int, int, int], str, float | None, float, dict[str, float], tuple[int, int, int], _Records] | None
     best = None
     for j, strength in enumerate(CS):
         for i, view in enumerate(views):
             r = _records(examples, skills, view, budget, strength)
             m, floors, c = _fit_floors(r, budget, lower_bound)
-            key = (c[0], -j, -i)  # most hits; ties keep the stronger regularisation, then the earlier view
+            key = (c[0], -j, -i)  # most hits; ties keep the earlier score (CS), then the earlier view
             if best is None or key > best[0]:
                 best = (key, view, strength, m, floors, c, r)
     assert best is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from skillflow.injection import calibration
 from skillflow.injection.calibration import (
     NONE,
     Budget,
@@ -152,7 +153,10 @@ def test_the_fit_picks_the_view_that_separates() -> None:
     assert NONE in rule.labels
 
 
-def test_the_score_is_a_probability_renormalised_over_the_labels_the_calls_leave() -> None:
+def test_the_score_is_a_probability_renormalised_over_the_labels_the_calls_leave(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(calibration, "CS", (1.0, 10.0, 100.0))  # the classifier only (the fit may prefer cosine)
     rule = fit(history(), SKILLS, ["v"], Budget(wrong=0.02, false=0.03, min_negatives=5), lower_bound=0.0)
     assert rule.weights is not None and rule.bias is not None and rule.strength in (1.0, 10.0, 100.0)
     index = rule.parts()[0]
@@ -167,8 +171,10 @@ def test_the_score_is_a_probability_renormalised_over_the_labels_the_calls_leave
     assert d.intent != "book_reservation" and np.isclose(d.score, expected)
 
 
-def test_the_classifier_is_deterministic_and_survives_the_stored_document() -> None:
+def test_the_classifier_is_deterministic_and_survives_the_stored_document(monkeypatch: pytest.MonkeyPatch) -> None:
     from skillflow.injection.applicability import rule_document, rule_from_document
+
+    monkeypatch.setattr(calibration, "CS", (1.0, 10.0, 100.0))
 
     budget = Budget(wrong=0.02, false=0.03, min_negatives=5)
     rule, again = fit(history(), SKILLS, ["v"], budget, 0.0), fit(history(), SKILLS, ["v"], budget, 0.0)
@@ -180,3 +186,14 @@ def test_the_classifier_is_deterministic_and_survives_the_stored_document() -> N
         q = around(axis, rng)
         for prefix in ((), PRE_A, PRE_B):
             assert decide(loaded, q, prefix) == decide(rule, q, prefix)
+
+
+def test_the_fit_chooses_between_the_nearest_exemplar_and_the_classifier() -> None:
+    """Both scores compete in the inner CV: the chosen one has the most inner hits of all (no fixed scorer)."""
+    budget = Budget(wrong=0.02, false=0.03, min_negatives=5)
+    rule = fit(history(overlap=0.2), SKILLS, ["v"], budget, 0.0)
+    assert rule.strength in calibration.CS and (rule.weights is None) == (rule.strength is None)
+    for c in calibration.CS:
+        r = _records(history(overlap=0.2), SKILLS, "v", budget, c)
+        _, _, counts = calibration._fit_floors(r, budget, 0.0)
+        assert counts[0] <= rule.inner["hits"]
