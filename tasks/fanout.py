@@ -49,7 +49,7 @@ class FleetSettings(BaseSettings):
         le=10_000,
         description="Partitions per task run in pool mode (1: a task run each; the server pays ~50 ms CPU a task run)",
     )
-    poll_seconds: float = Field(2.0, gt=0, le=60, description="How often a parent polls its child runs")
+    poll_seconds: float = Field(0.5, gt=0, le=60, description="How often a parent polls its child runs")
     child_timeout_seconds: float = Field(
         6 * 3600.0, gt=0, le=7 * 86_400, description="A parent gives up on child runs after this long"
     )
