@@ -40,6 +40,9 @@ def bench_scale(
     fleet: Annotated[
         bool, typer.Option("--fleet/--no-fleet", help="Also time the whole cycle on one and on two local workers.")
     ] = False,
+    fleet_rounds: Annotated[
+        int, typer.Option("--fleet-rounds", min=1, help="Alternating two-worker / one-worker cycles (median).")
+    ] = 3,
     json: JsonOption = False,
 ) -> None:
     """Maintained class statistics vs the full aggregation on synthetic history (throwaway schema or file)."""
@@ -61,7 +64,7 @@ def bench_scale(
             console.print(f"[dim]{msg}…[/dim]")
 
     results = run(parsed, chosen, dsn=dsn, repeats=repeats, aggregate_repeats=aggregate_repeats,
-                  fold_rows=fold_rows, fleet=fleet, progress=say)  # fmt: skip
+                  fold_rows=fold_rows, fleet=fleet, fleet_rounds=fleet_rounds, progress=say)  # fmt: skip
     if json:
         print_json([asdict(r) for r in results])
         return

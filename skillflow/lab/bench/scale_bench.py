@@ -186,6 +186,7 @@ def run_scenario(
     aggregate_repeats: int = 3,
     fold_rows: int = 10_000,
     fleet: bool = False,
+    fleet_rounds: int = 3,
     workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ScenarioResult:
@@ -208,7 +209,7 @@ def run_scenario(
             read_s, read_runs, read = _timed(lambda: read_all(engine), repeats)
             reference = full_aggregation(engine)
             match = {p: v for p, v in read.items() if v} == {p: v for p, v in reference.items() if v}
-            fleet_result = _fleet(url, say) if fleet else None
+            fleet_result = _fleet(url, say, fleet_rounds) if fleet else None
             return ScenarioResult(
                 backend=backend,
                 tenants=s.tenants,
@@ -231,13 +232,13 @@ def run_scenario(
             engine.dispose()
 
 
-def _fleet(url: str, say: Callable[[str], None]) -> dict[str, Any]:
+def _fleet(url: str, say: Callable[[str], None], rounds: int = 3) -> dict[str, Any]:
     """The whole cycle on one and on two local workers, or why it could not be measured (e.g. no server)."""
     from skillflow.lab.bench.fleet_bench import measure_fleet  # starts a Prefect server: import only when asked
 
     say("whole cycle on one and on two workers (local process pool)")
     try:
-        return asdict(measure_fleet(url))
+        return asdict(measure_fleet(url, rounds=rounds))
     except Exception as exc:  # noqa: BLE001 - reported in the result, never hidden
         return {"not_measured": f"{type(exc).__name__}: {exc}"[:300]}
 
@@ -251,6 +252,7 @@ def run(
     aggregate_repeats: int = 3,
     fold_rows: int = 10_000,
     fleet: bool = False,
+    fleet_rounds: int = 3,
     progress: Callable[[str], None] | None = None,
 ) -> list[ScenarioResult]:
     return [
@@ -262,6 +264,7 @@ def run(
             aggregate_repeats=aggregate_repeats,
             fold_rows=fold_rows,
             fleet=fleet,
+            fleet_rounds=fleet_rounds,
             progress=progress,
         )
         for s in scenarios
