@@ -11,7 +11,7 @@ from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.drift import DriftReport
 from tasks.common import TenantScope, flow_run_id, params_run_name
 from tasks.drift import check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
-from tasks.fanout import FanOut, resolve_mode
+from tasks.fanout import FanOut, FleetSettings, current_work_pool, resolve_mode
 
 DESCRIPTION = (
     "Recompute every ACTIVE skill's rolling success over its last activations, compare it with the baseline "
@@ -35,6 +35,9 @@ class DriftDemotionParams(BaseModel):
         None, description="local: this process; pool: child runs per chunk on a work pool (default: the setting)"
     )
     chunks: int | None = Field(None, ge=1, le=10_000, description="Child runs in pool mode (default: worker slots)")
+    partitions_per_task: int | None = Field(
+        None, ge=1, le=10_000, description="Partitions per task run (default: the fleet setting on a work pool, else 1)"
+    )
 
 
 class DriftPartitionsFailed(RuntimeError):
@@ -45,9 +48,11 @@ class DriftPartitionsFailed(RuntimeError):
 def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
     """Check every ACTIVE skill against its baseline, demote the drifted, store and publish the report.
 
-    Each (agent, user) partition with an ACTIVE skill is its own unit of work in every mode: one ``check-drift``
-    task run and one stored report each, locally or in ``drift-partitions`` child runs. A failed partition
-    (or skill check) is named and ends the run Failed after every other partition was checked and published.
+    Each (agent, user) partition with an ACTIVE skill is its own unit of work in every mode: one stored report
+    each, locally or in ``drift-partitions`` child runs; one ``check-drift`` task run each, or on a work pool one
+    task run per batch of ``SKILLFLOW_FLEET_PARTITIONS_PER_TASK`` (a partition that fails runs again alone). A
+    failed partition (or skill check) is named and ends the run Failed after every other partition was checked and
+    published.
     """
     params = params or DriftDemotionParams()
     config = load_promotion_config(overrides=params.config_overrides)
@@ -58,7 +63,8 @@ def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
         overrides = dict(params.config_overrides)
         report, failed = fan_out_drift(url, partitions, params.chunks, overrides, params.dry_run)
     else:
-        report, failed = check_partitions(url, config, partitions, params.dry_run)
+        per_task = params.partitions_per_task or (FleetSettings().partitions_per_task if current_work_pool() else 1)
+        report, failed = check_partitions(url, config, partitions, params.dry_run, per_task)
     publish_drift_report(report, url, config, flow_run_id())
     if failed:
         raise DriftPartitionsFailed(f"{len(failed)} failed: " + "; ".join(failed))

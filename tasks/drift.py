@@ -36,15 +36,60 @@ def check_drift(
     engine = engine_for(database_url)
     report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=flow_run_id())
     emit_demotions(report.demoted, dry_run)
+    log_drift(report, agent_id, user_id)
+    if report.failed:
+        raise DriftChecksFailed(", ".join(f"skill {sid[:12]} {reason}" for sid, reason in report.failed))
+    return report
+
+
+def log_drift(report: DriftReport, agent_id: str | None, user_id: str | None) -> None:
+    """One INFO line per partition: counts and skill-id prefixes, never content."""
     get_run_logger().info(
         "drift %s: checked %d, demoted %d (%s), flagged %d, failed %d, report %s",
         tenant_label(agent_id, user_id), report.checked, len(report.demoted),
         ", ".join(d.skill_id[:12] for d in report.demoted) or "none", len(report.flagged), len(report.failed),
         report.report_id,
     )  # fmt: skip
-    if report.failed:
-        raise DriftChecksFailed(", ".join(f"skill {sid[:12]} {reason}" for sid, reason in report.failed))
-    return report
+
+
+def drift_batch_run_name() -> str:
+    """``check-drift-<n>-from-<first agent>-<first user>``: how many partitions the task run holds, where it starts."""
+    from prefect.runtime import task_run
+
+    batch = (task_run.parameters or {}).get("batch") or []
+    first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
+    return f"check-drift-{len(batch)}-from-{first}"
+
+
+@stage(retries=0, run_name=drift_batch_run_name)
+def check_drift_batch(
+    database_url: str | None, config: PromotionConfig, batch: list[tuple[str, str]], dry_run: bool
+) -> tuple[list[DriftReport], list[tuple[str, str]]]:
+    """Several partitions' drift checks in one task run: (the clean reports, the partitions to run again alone).
+
+    Each partition is the same composition as :func:`check_drift`. One that raises, or whose report names a
+    failed skill check, is handed back and :func:`check_partitions` runs it again as its own ``check-drift`` task
+    run — with the transient retries and a Failed state of its own. That rerun is the task retry's path: it
+    lists the demotions this flow run already committed for the partition and replaces its report (same id),
+    so nothing is demoted, reported or emitted twice. Demotion events are emitted by the caller, once per clean
+    report. A task run costs the Prefect server about 50 ms of CPU whatever it holds (docs/BENCHMARKS.md,
+    "Scale"), so a fleet checks partitions in batches.
+    """
+    engine, run_id = engine_for(database_url), flow_run_id()
+    clean: list[DriftReport] = []
+    deferred: list[tuple[str, str]] = []
+    for agent_id, user_id in batch:
+        try:
+            report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=run_id)
+        except Exception:  # noqa: BLE001 - the partition runs again alone, where its failure is retried and shown
+            deferred.append((agent_id, user_id))
+            continue
+        if report.failed:
+            deferred.append((agent_id, user_id))
+            continue
+        log_drift(report, agent_id, user_id)
+        clean.append(report)
+    return clean, deferred
 
 
 def charts_markdown(report: DriftReport, database_url: str | None, config: PromotionConfig) -> str:
@@ -99,16 +144,34 @@ def list_active_partitions(
 
 
 def check_partitions(
-    database_url: str | None, config: PromotionConfig, partitions: list[tuple[str, str]], dry_run: bool
+    database_url: str | None,
+    config: PromotionConfig,
+    partitions: list[tuple[str, str]],
+    dry_run: bool,
+    per_task: int = 1,
 ) -> tuple[DriftReport, list[str]]:
-    """One drift check (task run, stored report) per partition; a failed partition is named, never fatal.
+    """One drift check (stored report) per partition, a task run each or ``per_task`` per task run; a failed
+    partition is named, never fatal.
 
-    A partition whose skill checks partly failed still contributes its stored report (what it did check).
+    A partition whose skill checks partly failed still contributes its stored report (what it did check). With
+    ``per_task`` > 1 (a fleet's ``partitions_per_task``) partitions run in batches (:func:`check_drift_batch`);
+    a partition that fails in its batch runs again alone, so its failure is still its own Failed task run.
     """
     from skillflow.lifecycle.drift import merge_reports
 
     parts, failed = [], []
-    for agent_id, user_id in partitions:
+    alone = partitions
+    if per_task > 1:
+        alone = []
+        for i in range(0, len(partitions), per_task):
+            group = partitions[i : i + per_task]
+            batch = check_drift_batch(database_url, config, group, dry_run, return_state=True)
+            clean, deferred = batch.result() if batch.is_completed() else ([], group)
+            for report in clean:
+                emit_demotions(report.demoted, dry_run)
+            parts += clean
+            alone += deferred
+    for agent_id, user_id in alone:
         state = check_drift(database_url, config, agent_id, user_id, dry_run, return_state=True)
         if state.is_completed():
             parts.append(state.result())

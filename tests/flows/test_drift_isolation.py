@@ -17,6 +17,7 @@ from skillflow.promotion.calibrate import calibrate
 from skillflow.storage.reports import report_id
 from skillflow.storage.schema import reports, skillbox
 from tasks import events
+from tests.flows.conftest import Names
 from tests.support.drift import corrupted, drifting, rule_fingerprint
 from tests.support.lifecycle import AGENT, EMBEDDER, config
 
@@ -66,3 +67,50 @@ def test_a_scoped_run_checks_only_its_partitions(prefect_harness: None, db_url: 
         status = dict(conn.execute(select(skillbox.c.user_id, skillbox.c.status)).all())
         stored = conn.execute(select(reports.c.user_id)).scalars().all()
     assert status == {"u1": "active", "u2": "demoted"} and stored == ["u2"]
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_batched_partitions_check_a_failing_partition_again_alone_and_emit_once(
+    prefect_harness: None, db_url: str, engine: Engine, task_names: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fleet's child checks partitions in batches (one task run per batch). The partition whose skill check
+    fails runs again alone, as its own Failed ``check-drift`` task run; its earlier demotion is neither lost nor
+    doubled, and every partition's report is stored once."""
+    import tasks.drift
+
+    drifted = {u: drifting(engine, user=u).id for u in USERS}
+    broken = corrupted(engine, user="u2").id
+    sent: list[tuple[str, str, dict[str, str] | None, Any]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
+    real, runs = tasks.drift.run_drift, []
+
+    def counted(engine: Any, config: Any, **kwargs: Any) -> Any:
+        runs.append(kwargs["user_id"])
+        return real(engine, config, **kwargs)
+
+    monkeypatch.setattr(tasks.drift, "run_drift", counted)
+    params = DriftDemotionParams(
+        database_url=db_url,
+        partitions=[(AGENT, u) for u in USERS],
+        partitions_per_task=2,
+        config_overrides={"demotion_success_delta": 0.25},
+    )
+    state = drift_demotion(params, return_state=True)
+    assert state.is_failed()
+    assert state.message and f"1 failed: {AGENT}/u2 (skill {broken[:12]} check failed: ValueError)" in state.message
+    assert sorted(runs) == ["u1", "u2", "u2", "u3"]  # u2 in its batch, then alone
+
+    with engine.connect() as conn:
+        status = dict(conn.execute(select(skillbox.c.id, skillbox.c.status)).all())
+        stored = conn.execute(select(reports.c.user_id, reports.c.body)).all()
+    assert all(status[s] == "demoted" for s in drifted.values()) and status[broken] == "active"
+    assert sorted(u for u, _ in stored) == USERS  # one report per partition, exactly once
+    by_user = {u: body for u, body in stored}
+    assert [d["skill_id"] for d in by_user["u2"]["demoted"]] == [drifted["u2"]]  # the batch's demotion, kept
+    assert by_user["u2"]["failed"] == [[broken, "check failed: ValueError"]]
+    demoted = sorted(
+        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
+    )
+    assert demoted == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
+    expected = {f"check-drift-2-from-{AGENT}-u1", f"check-drift-1-from-{AGENT}-u3", f"check-drift-{AGENT}-u2"}
+    assert expected <= task_names.task_runs, task_names.task_runs
