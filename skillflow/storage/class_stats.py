@@ -54,7 +54,8 @@ def refresh_planner_stats(engine: Engine) -> bool:
     count the runs as pending, and scans the whole history instead of the pending-only index — 0.6 s at 1M rows
     warm, 5.5 s cold, on every listing (docs/BENCHMARKS.md, "Scale"). Autovacuum would analyze it eventually
     where it is on; this does it at once. PostgreSQL skips a table the role does not own (a server warning); a
-    failed ``ANALYZE`` is logged and changes nothing else. SQLite and Oracle plan these reads from the partial index without it.
+    failed ``ANALYZE`` is logged and changes nothing else. SQLite and Oracle plan these reads from the index
+    without it.
     """
     if engine.dialect.name != "postgresql":
         return False

@@ -73,14 +73,18 @@ def read_counters(conn: Connection, partitions: Sequence[Partition]) -> dict[Par
     return out
 
 
-def listed_partitions(conn: Connection, agent_id: str | None, user_id: str | None) -> list[Partition]:
-    """Partitions with stored runs from the counters: a folded run, or a pending one (one statement)."""
+def listing(agent_id: str | None, user_id: str | None) -> Any:
+    """The statement of :func:`listed_partitions` (exposed so tests can inspect its plan)."""
     p = pending_runs()
-    stmt = union(
+    return union(
         select(ps.c.agent_id, ps.c.user_id).where(ps.c.runs_folded > 0, *tenant(ps, agent_id, user_id)),
         select(p.c.agent_id, p.c.user_id).where(*tenant(p, agent_id, user_id)),
     )
-    return sorted((r[0], r[1]) for r in conn.execute(stmt))
+
+
+def listed_partitions(conn: Connection, agent_id: str | None, user_id: str | None) -> list[Partition]:
+    """Partitions with stored runs from the counters: a folded run, or a pending one (one statement)."""
+    return sorted((r[0], r[1]) for r in conn.execute(listing(agent_id, user_id)))
 
 
 def run_counts(

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, event, text
 
 from skillflow.lab.bench.scale_bench import Scenario, generate
 from skillflow.storage.class_stats import fold, recount, refresh_planner_stats
-from skillflow.storage.counters import listed_partitions, pending_runs, ps
+from skillflow.storage.counters import listed_partitions, listing
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, _pg_engine
@@ -34,11 +34,8 @@ def pg() -> Iterator[Engine]:
 
 
 def plan_of_listing(engine: Engine) -> str:
-    from sqlalchemy import select, union
-
-    p = pending_runs()
-    stmt = union(select(ps.c.agent_id, ps.c.user_id).where(ps.c.runs_folded > 0), select(p.c.agent_id, p.c.user_id))
-    sql = str(stmt.compile(engine, compile_kwargs={"literal_binds": True}))
+    """The plan of the partition listing's statement, unscoped."""
+    sql = str(listing(None, None).compile(engine, compile_kwargs={"literal_binds": True}))
     with engine.connect() as conn:
         return "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + sql)))
 
