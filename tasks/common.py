@@ -30,6 +30,7 @@ TenantScope = Annotated[str, BeforeValidator(_none_is_all)]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 _CHECKED: set[str] = set()
 
@@ -126,3 +127,22 @@ def task_run_namer(prefix: str, *fields: str) -> Callable[[], str]:
         return "-".join([prefix, *parts])
 
     return name
+
+
+def batch_run_namer(prefix: str) -> Callable[[], str]:
+    """A ``task_run_name`` callable for a batch of partitions: ``<prefix>-<n>-from-<first agent>-<first user>``
+    (how many partitions the task run holds and where it starts; ids cut to 24 characters)."""
+
+    def name() -> str:
+        from prefect.runtime import task_run
+
+        batch = (task_run.parameters or {}).get("batch") or []
+        first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
+        return f"{prefix}-{len(batch)}-from-{first}"
+
+    return name
+
+
+def batches(items: list[T], size: int) -> list[list[T]]:
+    """``items`` in contiguous slices of at most ``size`` (order kept)."""
+    return [items[i : i + size] for i in range(0, len(items), max(size, 1))]

@@ -11,7 +11,7 @@ from skillflow.kernel.config import PromotionConfig
 from skillflow.lifecycle.charts import markdown_image, render_png, skill_charts
 from skillflow.lifecycle.drift import DriftReport, render_markdown, run_drift
 from skillflow.storage.skills import SkillNotFound, get_skill
-from tasks.common import engine_for, flow_run_id, stage, task_run_namer, tenant_label
+from tasks.common import batch_run_namer, batches, engine_for, flow_run_id, stage, task_run_namer, tenant_label
 from tasks.events import emit_demotions
 
 MAX_CHARTS = 25  # a report with more skills charts the first ones (the table lists them all)
@@ -52,16 +52,7 @@ def log_drift(report: DriftReport, agent_id: str | None, user_id: str | None) ->
     )  # fmt: skip
 
 
-def drift_batch_run_name() -> str:
-    """``check-drift-<n>-from-<first agent>-<first user>``: how many partitions the task run holds, where it starts."""
-    from prefect.runtime import task_run
-
-    batch = (task_run.parameters or {}).get("batch") or []
-    first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
-    return f"check-drift-{len(batch)}-from-{first}"
-
-
-@stage(retries=0, run_name=drift_batch_run_name)
+@stage(retries=0, run_name=batch_run_namer("check-drift"))
 def check_drift_batch(
     database_url: str | None, config: PromotionConfig, batch: list[tuple[str, str]], dry_run: bool
 ) -> tuple[list[DriftReport], list[tuple[str, str]]]:
@@ -163,8 +154,7 @@ def check_partitions(
     alone = partitions
     if per_task > 1:
         alone = []
-        for i in range(0, len(partitions), per_task):
-            group = partitions[i : i + per_task]
+        for group in batches(partitions, per_task):
             batch = check_drift_batch(database_url, config, group, dry_run, return_state=True)
             clean, deferred = batch.result() if batch.is_completed() else ([], group)
             for report in clean:

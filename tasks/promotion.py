@@ -7,7 +7,6 @@ Each task calls the one composition in :mod:`skillflow.promotion.cycle`; a task 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TypeVar
 
 from prefect import get_run_logger
 
@@ -16,9 +15,7 @@ from skillflow.promotion import cycle
 from skillflow.promotion.chunk import Prefetched, prefetch
 from skillflow.promotion.report import PromotionReport
 from skillflow.storage.aggregate import partitions
-from tasks.common import engine_for, flow_run_id, stage, task_run_namer
-
-T = TypeVar("T")
+from tasks.common import batch_run_namer, batches, engine_for, flow_run_id, stage, task_run_namer
 
 
 @stage(run_name=task_run_namer("list-partitions", "agent_id", "user_id"))
@@ -121,16 +118,7 @@ def distill_one_class(
     return report
 
 
-def batch_run_name() -> str:
-    """``cycle-<n>-from-<first agent>-<first user>``: how many partitions the task run holds and where it starts."""
-    from prefect.runtime import task_run
-
-    batch = (task_run.parameters or {}).get("batch") or []
-    first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
-    return f"cycle-{len(batch)}-from-{first}"
-
-
-@stage(retries=0, run_name=batch_run_name)
+@stage(retries=0, run_name=batch_run_namer("cycle"))
 def cycle_batch(
     database_url: str | None,
     batch: list[tuple[str, str]],
@@ -162,11 +150,6 @@ def cycle_batch(
         log_report(report)
         reports.append(report)
     return reports, deferred
-
-
-def batches(items: list[T], size: int) -> list[list[T]]:
-    """``items`` in contiguous slices of at most ``size`` (order kept)."""
-    return [items[i : i + size] for i in range(0, len(items), max(size, 1))]
 
 
 def run_partitions(

@@ -157,10 +157,11 @@ def fold(
     dialect = engine.dialect.name
     parts = list(partitions) if partitions is not None else None
 
-    recounted_all = [False]  # the first fold recounted the whole store (set by the attempt that committed)
+    recounted_all = False  # the first fold recounted the whole store (set by the attempt that committed)
 
     def work(conn: Connection) -> dict[str, int]:
-        recounted_all[0] = False
+        nonlocal recounted_all
+        recounted_all = False
         # A scoped fold on PostgreSQL (and Oracle) only reads the bookkeeping row, so disjoint scopes fold
         # concurrently; SQLite's first statement must write to take the lock.
         scoped = (agent_id is not None or user_id is not None or parts is not None) and dialect != "sqlite"
@@ -171,7 +172,7 @@ def fold(
         )
         if not exists:
             conn.execute(insert(state).values(id=1, recounted_at=now, folded_at=now, last_folded=0))
-            recounted_all[0] = True
+            recounted_all = True
             return {"folded": 0, "recounted": _recount(conn, now, None, None)}
         conn.execute(q.fold_stats(dialect, now, agent_id, user_id, parts))
         conn.execute(q.fold_fingerprints(dialect, agent_id, user_id, parts))
@@ -184,7 +185,7 @@ def fold(
         return {"folded": folded, "recounted": len(keys)}
 
     result = _in_snapshot(engine, work)
-    if recounted_all[0] or result["folded"] >= ANALYZE_AFTER:
+    if recounted_all or result["folded"] >= ANALYZE_AFTER:
         refresh_planner_stats(engine)
     return result
 

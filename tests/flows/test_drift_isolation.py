@@ -114,3 +114,44 @@ def test_batched_partitions_check_a_failing_partition_again_alone_and_emit_once(
     assert demoted == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
     expected = {f"check-drift-2-from-{AGENT}-u1", f"check-drift-1-from-{AGENT}-u3", f"check-drift-{AGENT}-u2"}
     assert expected <= task_names.task_runs, task_names.task_runs
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_batch_that_fails_after_a_committed_demotion_loses_and_doubles_nothing(
+    prefect_harness: None, db_url: str, engine: Engine, task_names: Names, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch task run fails after u1's demotion committed and before its event went out: every partition
+    then runs alone; u1's rerun reads its demotion back, so it is reported and emitted exactly once."""
+    import tasks.drift
+
+    drifted = {u: drifting(engine, user=u).id for u in USERS}
+    sent: list[tuple[str, str, dict[str, str] | None, Any]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
+    real_log, calls = tasks.drift.log_drift, []
+
+    def log_once_then_fail(report: Any, agent_id: Any, user_id: Any) -> None:
+        calls.append(user_id)
+        if len(calls) == 1:
+            raise RuntimeError("the batch dies after its first partition committed")
+        real_log(report, agent_id, user_id)
+
+    monkeypatch.setattr(tasks.drift, "log_drift", log_once_then_fail)
+    params = DriftDemotionParams(
+        database_url=db_url,
+        partitions=[(AGENT, u) for u in USERS],
+        partitions_per_task=5,
+        config_overrides={"demotion_success_delta": 0.25},
+    )
+    report = drift_demotion(params)
+    assert sorted(d.skill_id for d in report.demoted) == sorted(drifted.values()) and report.failed == []
+    with engine.connect() as conn:
+        status = dict(conn.execute(select(skillbox.c.id, skillbox.c.status)).all())
+        stored = conn.execute(select(reports.c.user_id, reports.c.body)).all()
+    assert all(status[s] == "demoted" for s in drifted.values())
+    assert sorted(u for u, _ in stored) == USERS  # one report per partition, exactly once
+    assert all([d["skill_id"] for d in body["demoted"]] == [drifted[u]] for u, body in stored)  # u1's kept
+    demoted = sorted(
+        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
+    )
+    assert demoted == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
+    assert {f"check-drift-{AGENT}-{u}" for u in USERS} <= task_names.task_runs, task_names.task_runs
