@@ -69,6 +69,20 @@ def test_a_scoped_run_checks_only_its_partitions(prefect_harness: None, db_url: 
     assert status == {"u1": "active", "u2": "demoted"} and stored == ["u2"]
 
 
+def batched(db_url: str, per_task: int) -> DriftDemotionParams:
+    """Every tenant of USERS as a fleet child's chunk, ``per_task`` partitions per task run."""
+    overrides = {"demotion_success_delta": 0.25}
+    return DriftDemotionParams(
+        database_url=db_url, partitions=[(AGENT, u) for u in USERS], partitions_per_task=per_task,
+        config_overrides=overrides,
+    )  # fmt: skip
+
+
+def demotion_events(sent: list[tuple[str, str, dict[str, str] | None, Any]]) -> list[tuple[str, str | None]]:
+    """(resource, user id) of every demotion event sent, sorted; a doubled event shows twice."""
+    return sorted((res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED)
+
+
 @pytest.mark.usefixtures("offline_providers")
 def test_batched_partitions_check_a_failing_partition_again_alone_and_emit_once(
     prefect_harness: None, db_url: str, engine: Engine, task_names: Names, monkeypatch: pytest.MonkeyPatch
@@ -89,12 +103,7 @@ def test_batched_partitions_check_a_failing_partition_again_alone_and_emit_once(
         return real(engine, config, **kwargs)
 
     monkeypatch.setattr(tasks.drift, "run_drift", counted)
-    params = DriftDemotionParams(
-        database_url=db_url,
-        partitions=[(AGENT, u) for u in USERS],
-        partitions_per_task=2,
-        config_overrides={"demotion_success_delta": 0.25},
-    )
+    params = batched(db_url, 2)
     state = drift_demotion(params, return_state=True)
     assert state.is_failed()
     assert state.message and f"1 failed: {AGENT}/u2 (skill {broken[:12]} check failed: ValueError)" in state.message
@@ -108,10 +117,7 @@ def test_batched_partitions_check_a_failing_partition_again_alone_and_emit_once(
     by_user = {u: body for u, body in stored}
     assert [d["skill_id"] for d in by_user["u2"]["demoted"]] == [drifted["u2"]]  # the batch's demotion, kept
     assert by_user["u2"]["failed"] == [[broken, "check failed: ValueError"]]
-    demoted = sorted(
-        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
-    )
-    assert demoted == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
+    assert demotion_events(sent) == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
     expected = {f"check-drift-2-from-{AGENT}-u1", f"check-drift-1-from-{AGENT}-u3", f"check-drift-{AGENT}-u2"}
     assert expected <= task_names.task_runs, task_names.task_runs
 
@@ -136,12 +142,7 @@ def test_a_batch_that_fails_after_a_committed_demotion_loses_and_doubles_nothing
         real_log(report, agent_id, user_id)
 
     monkeypatch.setattr(tasks.drift, "log_drift", log_once_then_fail)
-    params = DriftDemotionParams(
-        database_url=db_url,
-        partitions=[(AGENT, u) for u in USERS],
-        partitions_per_task=5,
-        config_overrides={"demotion_success_delta": 0.25},
-    )
+    params = batched(db_url, 5)
     report = drift_demotion(params)
     assert sorted(d.skill_id for d in report.demoted) == sorted(drifted.values()) and report.failed == []
     with engine.connect() as conn:
@@ -150,8 +151,5 @@ def test_a_batch_that_fails_after_a_committed_demotion_loses_and_doubles_nothing
     assert all(status[s] == "demoted" for s in drifted.values())
     assert sorted(u for u, _ in stored) == USERS  # one report per partition, exactly once
     assert all([d["skill_id"] for d in body["demoted"]] == [drifted[u]] for u, body in stored)  # u1's kept
-    demoted = sorted(
-        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
-    )
-    assert demoted == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
+    assert demotion_events(sent) == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
     assert {f"check-drift-{AGENT}-{u}" for u in USERS} <= task_names.task_runs, task_names.task_runs
