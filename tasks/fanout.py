@@ -44,7 +44,7 @@ class FleetSettings(BaseSettings):
         description="Global concurrency limit a chunk holds one slot of in pool mode (strict: it must exist)",
     )
     partitions_per_task: int = Field(
-        20,
+        100,
         ge=1,
         le=10_000,
         description="Partitions per task run in pool mode (1: a task run each; the server pays ~50 ms CPU a task run)",

@@ -3,6 +3,9 @@
 ``LocalFleet`` starts ``prefect server start`` (own PREFECT_HOME, free port, ephemeral mode refused), runs
 ``skillflow deploy`` against it, starts process workers, and stops everything by process group: a worker's
 flow-run subprocesses and the server's uvicorn child are in the same group, so nothing is left running.
+``server_database(dsn)`` gives the server a throwaway PostgreSQL database, as production runs it
+(docs/guide/ops.md): on its default SQLite database the server answers concurrent writes with "database is
+locked" (HTTP 503), and Prefect's client sleeps ~2 s before it retries.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +44,29 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(5)
+
+
+@contextlib.contextmanager
+def server_database(dsn: str, prefix: str = "prefect_fleet") -> Iterator[str]:
+    """A fresh database for a Prefect server on the PostgreSQL server of ``dsn``; its asyncpg URL, dropped after."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+
+    from skillflow.storage.engine import make_engine
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(dsn).execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            url = make_url(dsn).set(drivername="postgresql+asyncpg", database=name, query={})
+            yield url.render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
 
 
 @dataclass

@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from skillflow.kernel.models import utcnow
-from skillflow.lab.fleet import LocalFleet
+from skillflow.lab.fleet import LocalFleet, server_database
 from skillflow.promotion import cycle
 from skillflow.promotion.distill import OfflineDistiller
 from skillflow.storage.engine import make_engine
@@ -88,24 +88,18 @@ def provider(replies: dict[str, str], refused: str) -> tuple[ThreadingHTTPServer
 @pytest.fixture(scope="module")
 def databases() -> Iterator[tuple[str, str]]:
     """A fresh skillflow schema and a fresh Prefect server database on the PostgreSQL server; dropped after."""
-    from sqlalchemy.engine import make_url
-
     assert POSTGRES_DSN
-    tag = uuid.uuid4().hex[:10]
-    schema, server_db = f"fleet_{tag}", f"prefect_fleet_{tag}"
+    schema = f"fleet_{uuid.uuid4().hex[:10]}"
     admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-        conn.execute(text(f'CREATE DATABASE "{server_db}"'))
     sep = "&" if "?" in POSTGRES_DSN else "?"
-    base = make_url(POSTGRES_DSN)
-    server_url = base.set(drivername="postgresql+asyncpg", database=server_db, query={})
     try:
-        yield f"{POSTGRES_DSN}{sep}options=-csearch_path%3D{schema}", server_url.render_as_string(hide_password=False)
+        with server_database(POSTGRES_DSN) as server_url:
+            yield f"{POSTGRES_DSN}{sep}options=-csearch_path%3D{schema}", server_url
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{server_db}" WITH (FORCE)'))
         admin.dispose()
 
 

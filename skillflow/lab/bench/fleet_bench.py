@@ -1,7 +1,9 @@
 """The whole promotion cycle on a local process work pool: one worker against two, same database and data.
 
 ``measure_fleet(url)`` starts a local fleet (``skillflow.lab.fleet.LocalFleet``: ``prefect server``,
-``skillflow deploy``, one control worker, two compute workers with ``--limit 1``), pauses the schedules of the
+``skillflow deploy``, one control worker, two compute workers with ``--limit 1``) — on PostgreSQL the server
+gets a throwaway database of its own on the same PostgreSQL server, as production runs it (on SQLite it locks
+under the fleet's concurrent writes and every client stalls ~2 s per retry) —, pauses the schedules of the
 other deployments (a scheduled drift check or shadow drain would otherwise land in some measurements and not in
 others), runs one warm-up cycle for a single tenant, then ``rounds`` times: the whole cycle with two compute
 workers, one worker stopped, the cycle again, the worker started again. Every measured cycle is a dry run with the
@@ -14,15 +16,17 @@ nothing is stored, so a later run is not cheaper than an earlier one). The speed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillflow.lab.fleet import LocalFleet
+from skillflow.lab.fleet import LocalFleet, server_database
 
 OFFLINE_ENV = {"SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline", "SKILLFLOW_EMBEDDER": "hashing"}
 OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
@@ -40,6 +44,7 @@ class FleetBenchResult:
     one_worker_runs: list[float] = field(default_factory=list)
     two_workers_runs: list[float] = field(default_factory=list)
     partitions_per_task: int = 0
+    server_database: str = ""  # the Prefect server's database backend: postgresql (production) or sqlite
     setup: dict[str, float] = field(default_factory=dict)
 
 
@@ -89,6 +94,16 @@ def _partitions(url: str) -> list[tuple[str, str]]:
         engine.dispose()
 
 
+@contextlib.contextmanager
+def _server_db(database_url: str) -> Iterator[str | None]:
+    """A throwaway Prefect server database beside a PostgreSQL store (None: the server's own SQLite file)."""
+    if not database_url.startswith("postgresql"):
+        yield None
+        return
+    with server_database(database_url, prefix="prefect_bench") as url:
+        yield url
+
+
 def measure_fleet(
     database_url: str,
     *,
@@ -108,8 +123,8 @@ def measure_fleet(
         raise ValueError("the database has no partitions: seed it first")
     two: list[float] = []
     one: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="skillflow-fleet-") as tmp:
-        fleet = LocalFleet(home or Path(tmp) / "prefect", env={**OFFLINE_ENV, **(env or {})})
+    with tempfile.TemporaryDirectory(prefix="skillflow-fleet-") as tmp, _server_db(database_url) as server_db:
+        fleet = LocalFleet(home or Path(tmp) / "prefect", env={**OFFLINE_ENV, **(env or {})}, server_db=server_db)
         with fleet:
             fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", database_url, "--json")
             settings = {PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}
@@ -135,7 +150,10 @@ def measure_fleet(
         speedup=round(one_s / two_s, 2),
         one_worker_runs=one,
         two_workers_runs=two,
-        partitions_per_task=FleetSettings().partitions_per_task,
+        partitions_per_task=int(
+            (env or {}).get("SKILLFLOW_FLEET_PARTITIONS_PER_TASK") or FleetSettings().partitions_per_task
+        ),
+        server_database="postgresql" if server_db else "sqlite",
         setup=setup,
     )
 
