@@ -49,6 +49,10 @@ TENANTS = [f"u{i:02d}" for i in range(20)]
 REFUSED = "u13"  # its class is the one the provider answers 400 for
 CORRUPT = "u07"  # its skill's drift state is corrupted: its drift check fails, the others complete
 SHADOW_TENANT = "s00"  # promoted to SHADOW after the cycle; fresh runs are evidence for it
+# Each provider reply takes this long, as a real one does: a chunk of 10 tenants then lasts ~5 s, longer than a
+# worker's 1 s poll plus a flow-run process start, so the two chunks overlap by the load, not by luck (with
+# instant replies a chunk lasted ~1 s and one CI run saw the second start 0.2 s after the first had ended).
+REPLY_SECONDS = 0.5
 OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
 SHADOW_ON = {"shadow_evaluation_enabled": True}
 
@@ -63,6 +67,7 @@ def provider(replies: dict[str, str], refused: str) -> tuple[ThreadingHTTPServer
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0"))).decode()
+            time.sleep(REPLY_SECONDS)
             if refused in raw:
                 seen.append("refused")
                 status, body = 400, {"error": {"message": "request rejected by policy", "type": "invalid_request"}}
