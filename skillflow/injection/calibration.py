@@ -1,31 +1,31 @@
-"""Self-calibrated applicability: fit a tenant's injection rule on its own history, and apply it (pure numpy).
+"""Self-calibrated applicability: fit a tenant's injection rule on its own history, and apply it.
 
 The rule (docs/guide/runtime.md, "Which skill, or none") decides *which intent* a request belongs to — the
 state-changing call its procedure ends in, or ``read-only`` — and then *which live skill* of that intent
 to inject. Every request of the history is an exemplar labelled with its intent when that intent has a
 live skill, else with ``NONE``: the tenant's own requests no skill answers compete with the skills, so a
 request that merely resembles them loses to its true neighbours. Classes ending in the same write form one
-intent; within it the skill whose procedure continues the calls already made wins (ties: the best
-performing one, the intent's champion), and an intent whose procedures contradict those calls is never
-chosen. The fit is a grouped cross-validation on the history (groups = conversations, never single runs):
-it chooses the view, a margin over the runner-up label (``NONE`` included) and a similarity floor per
-intent so that the inner-CV wrong and false injections stay within budget while hits are maximised.
-The score is chosen by the same inner CV from the nearest exemplar (max cosine per label) and a regularised
-multinomial logistic regression over the view's vectors (labels = intents + ``NONE``, trained on each inner
-fold like the exemplars, strength ``C`` from ``CS``): a label's score is then its probability, renormalised
-over the labels the calls already made leave, so the margin is p1 - p2 and the floors (and ``lower_bound``)
-apply to p1. A tenant whose requests repeat its past phrasings is served best by the nearest exemplar, one
-whose new requests are paraphrases by the classifier. Rules without weights use the cosine score.
+intent. An intent is ruled out when the calls already made include one that never preceded its write in the
+history (the calls contradict it); within the intent, the skill whose procedure follows those calls most
+closely is injected (ties: the best success rate, then the most direct procedure). The fit is a grouped
+cross-validation on the history (groups = conversations, never single runs): it chooses the view, the
+score, a margin over the runner-up label (``NONE`` included) and a floor per intent so that the inner-CV
+wrong and false injections stay within budget while hits are maximised. The score is the nearest exemplar
+(max cosine per label) or a regularised multinomial logistic regression over the view's vectors (labels =
+intents + ``NONE``, strength ``C`` from ``CS``): a label's score is then its probability, renormalised over
+the labels the calls leave, so the margin is p1 - p2 and the floors (and ``lower_bound``) apply to p1.
 Injecting nothing is always feasible, and is what the rule does until the history supports more.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
+from scipy.optimize import minimize
 
 NONE = "__none__"
 READ_ONLY = "read-only"
@@ -60,9 +60,22 @@ class LiveSkill:
     procedure: tuple[str, ...]
     rank: tuple[float, ...] = ()  # higher is better: (success rate, executions)
 
-    def continues(self, prefix: Sequence[str]) -> bool:
-        """Whether the calls already made are the start of this procedure."""
-        return tuple(self.procedure[: len(prefix)]) == tuple(prefix)
+    def follows(self, calls: Sequence[str]) -> int:
+        """How many of the calls already made this procedure makes in the same order (their common subsequence)."""
+        return _common(tuple(calls), self.procedure)
+
+
+@lru_cache(maxsize=1 << 14)
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """Length of the longest common subsequence of two short tool sequences."""
+    row = [0] * (len(b) + 1)
+    for x in a:
+        diag = 0
+        for j, y in enumerate(b):
+            up = row[j + 1]
+            row[j + 1] = diag + 1 if x == y else max(up, row[j])
+            diag = up
+    return row[-1]
 
 
 @dataclass(frozen=True)
@@ -123,15 +136,28 @@ class Decision:
 
 
 def champion(skills: Sequence[LiveSkill], prefix: Sequence[str]) -> LiveSkill | None:
-    """The best-ranked skill whose procedure continues ``prefix`` (None: every procedure contradicts it)."""
-    cont = [s for s in skills if s.continues(prefix)]
-    return max(cont, key=lambda s: (s.rank, s.skill_id)) if cont else None
+    """The skill of an intent whose procedure follows the calls already made most closely.
+
+    Most calls made in the same order first; then the best success rate, the fewest steps (the most direct
+    procedure) and the most executions. Repeated or reordered reads never rule a procedure out: whether the
+    calls contradict the intent at all is decided before, from the tenant's history (``tools_before``).
+    """
+    if not skills:
+        return None
+    return max(skills, key=lambda s: (s.follows(prefix), s.rank[:1], -len(s.procedure), s.rank[1:], s.skill_id))
 
 
 class _Index:
     """Exemplars labelled by intent (or NONE), grouped by label for one ``maximum.reduceat``."""
 
-    def __init__(self, labels: list[str], vecs: np.ndarray, lab: list[str], c: float | None = None) -> None:
+    def __init__(
+        self,
+        labels: list[str],
+        vecs: np.ndarray,
+        lab: list[str],
+        c: float | None = None,
+        basis: np.ndarray | None = None,
+    ) -> None:
         self.labels = labels
         lid = {name: i for i, name in enumerate(labels)}
         ids = np.asarray([lid[x] for x in lab], dtype=np.int64)
@@ -143,7 +169,7 @@ class _Index:
         self.w: np.ndarray | None = None
         self.b: np.ndarray | None = None
         if c is not None and self.vecs.shape[0]:
-            self.w, self.b = _logistic(self.vecs, self.lab, self.present, c)
+            self.w, self.b = _logistic(self.vecs, self.lab, self.present, c, basis)
 
     def best(self, q: np.ndarray) -> np.ndarray:
         out = np.full(len(self.labels), -np.inf)
@@ -157,9 +183,28 @@ class _Index:
         return out
 
 
-def _logistic(vecs: np.ndarray, lab: np.ndarray, present: np.ndarray, c: float) -> tuple[np.ndarray, np.ndarray]:
+def _span(vecs: np.ndarray) -> np.ndarray | None:
+    """An orthonormal basis (d x r) of the examples' span, when there are fewer examples than dimensions.
+
+    The logistic regression's optimal weights lie in that span (the loss sees W only through X W, and the
+    penalty prefers no component outside it), so solving in it is exact and n instead of d wide.
+    """
+    n, d = vecs.shape
+    if n == 0 or n >= d:
+        return None
+    f = vecs.astype(np.float64)
+    lam, u = np.linalg.eigh(f @ f.T)
+    keep = lam > max(float(lam.max()), 0.0) * 1e-10
+    basis: np.ndarray = f.T @ (u[:, keep] / np.sqrt(lam[keep]))
+    return basis
+
+
+def _logistic(
+    vecs: np.ndarray, lab: np.ndarray, present: np.ndarray, c: float, basis: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression, min 0.5 ||W||^2 + C * sum of log-losses (intercept unpenalised), by
-    Nesterov's accelerated gradient with the exact smoothness bound: deterministic, numpy only."""
+    L-BFGS from zero with the exact gradient in the examples' span (``basis``, from :func:`_span` when not
+    given): deterministic, a few dozen iterations."""
     labels = np.flatnonzero(present)
     w_all = np.zeros((present.shape[0], vecs.shape[1]))
     b_all = np.full(present.shape[0], -np.inf)
@@ -167,28 +212,36 @@ def _logistic(vecs: np.ndarray, lab: np.ndarray, present: np.ndarray, c: float) 
         b_all[labels] = 0.0
         return w_all, b_all
     n, d = vecs.shape
-    x = np.hstack([vecs.astype(np.float64), np.ones((n, 1))])
-    y = np.zeros((n, len(labels)))
+    k = len(labels)
+    basis = _span(vecs) if basis is None else basis
+    feats = vecs.astype(np.float64)
+    if basis is not None:
+        feats = feats @ basis
+        d = feats.shape[1]
+    x = np.hstack([feats, np.ones((n, 1))])
+    y = np.zeros((n, k))
     y[np.arange(n), np.searchsorted(labels, lab)] = 1.0
     lam = 1.0 / (c * n)  # the objective divided by C * n
-    smooth = 0.5 * float(np.linalg.eigvalsh(x.T @ x if d < n else x @ x.T)[-1]) / n + lam
-    q = np.sqrt(lam / smooth)
-    beta = (1 - q) / (1 + q)
     pen = np.ones((d + 1, 1))
     pen[-1] = 0.0
-    w = np.zeros((d + 1, len(labels)))
-    v = w.copy()
-    for _ in range(LR_ITERS):
-        z = x @ v
-        p = np.exp(z - z.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        grad = x.T @ (p - y) / n + lam * pen * v
-        if float(np.abs(grad).max()) < LR_TOLERANCE:  # converged: further steps move no probability visibly
-            w = v
-            break
-        step = v - grad / smooth
-        v, w = step + beta * (step - w), step
-    w_all[labels], b_all[labels] = w[:-1].T, w[-1]
+
+    def objective(flat: np.ndarray) -> tuple[float, np.ndarray]:
+        w = flat.reshape(d + 1, k)
+        z = x @ w
+        top = z.max(axis=1, keepdims=True)
+        e = np.exp(z - top)
+        total = e.sum(axis=1, keepdims=True)
+        loss = float((np.log(total) + top - (z * y).sum(axis=1, keepdims=True)).sum()) / n
+        grad = x.T @ (e / total - y) / n + lam * pen * w
+        return loss + 0.5 * lam * float((pen * w * w).sum()), grad.ravel()
+
+    res = minimize(
+        objective, np.zeros((d + 1) * k), jac=True, method="L-BFGS-B",
+        options={"maxiter": LR_ITERS, "gtol": LR_TOLERANCE, "ftol": 0.0},
+    )  # fmt: skip
+    w = res.x.reshape(d + 1, k)
+    coef = w[:-1] if basis is None else basis @ w[:-1]
+    w_all[labels], b_all[labels] = coef.T, w[-1]
     return w_all, b_all
 
 
@@ -275,30 +328,45 @@ class _Records:
 def _records(
     examples: Sequence[Example], skills: Sequence[LiveSkill], view: str, budget: Budget, c: float | None = None
 ) -> _Records:
+    """Inner-CV records of one view and one score (see :func:`_records_each`)."""
+    return _records_each(examples, skills, view, budget, (c,))[0]
+
+
+def _records_each(
+    examples: Sequence[Example],
+    skills: Sequence[LiveSkill],
+    view: str,
+    budget: Budget,
+    strengths: Sequence[float | None],
+) -> list[_Records]:
+    """Inner-CV records of one view for each score, the folds' matrices and spans built once."""
     by_intent = _by_intent(skills)
     labels = _labels(skills)
-    rows: list[tuple[str, float, float, bool, bool, bool]] = []
+    rows: list[list[tuple[str, float, float, bool, bool, bool]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
         held = set(fold)
         train = [e for i, e in enumerate(examples) if i not in held]
         if not train:
             continue
-        index = _Index(
-            labels,
-            np.stack([e.vectors[view] for e in train]),
-            [e.intent if e.intent in by_intent else NONE for e in train],
-            c,
-        )
+        vecs = np.stack([e.vectors[view] for e in train])
+        lab = [e.intent if e.intent in by_intent else NONE for e in train]
+        basis = _span(vecs) if any(c is not None for c in strengths) else None
         before = _tools_before(train)
-        for i in fold:
-            ex = examples[i]
-            label, s1, s2, skill = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
-            rows.append((label, s1, s1 - s2, skill is not None, ex.intent in by_intent, label == ex.intent))
-    if not rows:
-        e = np.empty(0)
-        return _Records(e.astype(str), e, e, e.astype(bool), e.astype(bool), e.astype(bool))
-    cols = list(zip(*rows, strict=True))
-    return _Records(*(np.asarray(c) for c in cols))
+        for k, c in enumerate(strengths):
+            index = _Index(labels, vecs, lab, c, basis)
+            for i in fold:
+                ex = examples[i]
+                label, s1, s2, skill = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
+                rows[k].append((label, s1, s1 - s2, skill is not None, ex.intent in by_intent, label == ex.intent))
+    out = []
+    for r in rows:
+        if not r:
+            e = np.empty(0)
+            out.append(_Records(e.astype(str), e, e, e.astype(bool), e.astype(bool), e.astype(bool)))
+            continue
+        cols = list(zip(*r, strict=True))
+        out.append(_Records(*(np.asarray(col) for col in cols)))
+    return out
 
 
 def _feasible(c: tuple[int, int, int], r: _Records, b: Budget) -> bool:
@@ -357,8 +425,11 @@ def fit(
     budget: Budget,
     lower_bound: float,
     max_exemplars_per_label: int = 256,
+    nearest: Collection[str] | None = None,
 ) -> Rule:
-    """Fit the tenant's rule: the view, margin and per-intent floors with the most inner-CV hits within budget."""
+    """Fit the tenant's rule: the view, score, margin and per-intent floors with the most inner-CV hits within
+    budget. ``nearest`` names the views the nearest-exemplar score is offered on (default: all); the classifier
+    is offered on every view."""
     if not skills:
         return nothing("no live skills", skills, lower_bound)
     if not examples:
@@ -374,9 +445,10 @@ def fit(
         return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
     best: tuple[tuple[int, int, int], str, float | None, float, dict[str, float], tuple[int, int, int], _Records] | None
     best = None
-    for j, strength in enumerate(CS):
-        for i, view in enumerate(views):
-            r = _records(examples, skills, view, budget, strength)
+    for i, view in enumerate(views):
+        offered = [(j, c) for j, c in enumerate(CS) if c is not None or nearest is None or view in nearest]
+        each = _records_each(examples, skills, view, budget, [c for _, c in offered])
+        for (j, strength), r in zip(offered, each, strict=True):
             m, floors, c = _fit_floors(r, budget, lower_bound)
             key = (c[0], -j, -i)  # most hits; ties keep the earlier score (CS), then the earlier view
             if best is None or key > best[0]:
@@ -398,8 +470,11 @@ def fit(
     vecs = np.stack([e.vectors[view] for exs in keep.values() for e in exs]).astype(np.float32)
     index = _Index(labels, vecs, lab, strength)
     before = {k: sorted(v) for k, v in _tools_before(examples).items()}
+    # The classifier needs only its weights: the exemplars are kept for the nearest-exemplar score alone.
+    keep_vecs = index.vecs if index.w is None else np.zeros((0, index.vecs.shape[1]), np.float32)
+    keep_lab = index.lab if index.w is None else np.zeros(0, np.int64)
     return Rule(
-        view, m, floors, lower_bound, labels, index.vecs, index.lab, list(skills), before, "fitted", inner,
+        view, m, floors, lower_bound, labels, keep_vecs, keep_lab, list(skills), before, "fitted", inner,
         index.w, index.b, strength,
     )  # fmt: skip
 
@@ -418,5 +493,5 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
     if s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
     if skill is None:
-        return Decision(None, label, s1, s2, "no procedure of the intent continues the calls made")
+        return Decision(None, label, s1, s2, "no live skill of the intent")
     return Decision(skill.skill_id, label, s1, s2, "injected")

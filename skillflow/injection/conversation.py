@@ -15,7 +15,6 @@ from typing import Any
 
 LAST = "last"  # the latest user message
 RECENT = "recent"  # the last three user messages, newest first, one text
-VIEWS = (LAST, RECENT)
 RECENT_MESSAGES = 3
 
 
@@ -72,15 +71,20 @@ class Conversation:
 
 
 def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = lambda t: t) -> str:
-    """The text one view embeds; ``form`` (redaction) is applied per message, identically on both sides."""
-    msgs = [" ".join(form(m).split()) for m in messages if m and m.strip()]
+    """The text one single-text view embeds (see :mod:`skillflow.injection.views`).
+
+    A message is read line by line, as a stored run's query is (its user messages joined by newlines), and
+    ``form`` (redaction) is applied per line: stored history and live requests give the same text.
+    """
+    msgs = [" ".join(form(line).split()) for m in messages if m for line in m.split("\n") if line.strip()]
+    msgs = [m for m in msgs if m]
     if not msgs:
         return ""
     if view == LAST:
         return msgs[-1]
     if view == RECENT:
         return " | ".join(reversed(msgs[-RECENT_MESSAGES:]))
-    raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
+    raise ValueError(f"unknown view {view!r}; expected {LAST} or {RECENT}")
 
 
 def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, int]) -> None:

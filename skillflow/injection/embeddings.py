@@ -57,11 +57,16 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             for feat in self._features(text):
-                digest = hashlib.blake2b(feat.encode("utf-8"), digest_size=8).digest()
-                idx = int.from_bytes(digest[:4], "little") % self.dim
-                sign = 1.0 if digest[4] & 1 else -1.0
+                idx, sign = _slot(feat, self.dim)
                 out[row, idx] += sign * (2.0 if feat.startswith("w:") else 1.0)
         return _normalize(out)
+
+
+@lru_cache(maxsize=1 << 16)
+def _slot(feat: str, dim: int) -> tuple[int, float]:
+    """The hashed index and sign of one feature (cached: a request's n-grams mostly repeat earlier ones)."""
+    digest = hashlib.blake2b(feat.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "little") % dim, (1.0 if digest[4] & 1 else -1.0)
 
 
 class MiniLMEmbedder:

@@ -1,12 +1,12 @@
 """Which skill, if any, a request gets: the tenant's fitted rule, or the fixed threshold before any fit.
 
 With a current fitted rule (:mod:`skillflow.injection.applicability`) the request is viewed as the rule
-says (over the conversation so far), redacted exactly like the stored triggers, embedded once, and
-:func:`skillflow.injection.calibration.decide` picks at most one skill — never one whose procedure
-contradicts the calls already made. A stale rule (fitted for another set of live skills) injects
-nothing. A tenant without a rule keeps the configured threshold over the skills' own vectors (exact,
-pruned search), with the same conversation checks: candidates whose procedure contradicts the calls made
-are dropped and those that continue them come first.
+says (over the conversation so far), redacted and vectorised exactly like the stored history
+(:func:`skillflow.injection.views.vectors`), and :func:`skillflow.injection.calibration.decide` picks at
+most one skill — never one of an intent the calls already made contradict. A stale rule (fitted for
+another set of live skills) injects nothing. A tenant without a rule keeps the configured threshold over
+the skills' own vectors (exact, pruned search), with the same conversation checks: candidates whose
+procedure contradicts the calls made are dropped and those that continue them come first.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from skillflow.injection.calibration import decide
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
+from skillflow.injection.views import vectors
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skillbox
@@ -84,10 +85,9 @@ def select_skills(
             rule = tenant.rule
             if not rule.injects or rule.view is None:
                 return Selection([], CURRENT, rule.reason or "inject nothing")
-            text = view_text(messages, rule.view, form)
-            if not text:
+            if not view_text(messages, LAST, form):
                 return Selection([], CURRENT, "empty request")
-            d = decide(rule, embedder.embed([text])[0], prefix)
+            d = decide(rule, vectors([messages], rule.view, embedder, form)[0], prefix)
             chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
             return Selection([chosen] if chosen else [], CURRENT, d.reason)
         text = view_text(messages, LAST, form)

@@ -1,9 +1,9 @@
 """The calibration stage of a promotion cycle: fit the tenant's applicability rule on its history and store it.
 
 Reads the tenant's newest runs (``applicability_history_runs``), turns each into an example at its probe
-moment — the request's views (redacted exactly like live requests, see
-:func:`skillflow.injection.conversation.view_text`), its intent (the state-changing call its procedure ends
-in) and the calls before it — and fits :func:`skillflow.injection.calibration.fit` against the live skills,
+moment with :func:`skillflow.injection.history.examples` — the conversation so far in every view (redacted
+and vectorised exactly like live requests), its intent (the state-changing call its procedure ends in) and
+the calls before it — and fits :func:`skillflow.injection.calibration.fit` against the live skills,
 grouped by conversation. The rule is stored with the live skills' fingerprint (one row per tenant,
 replaced: a re-run converges).
 """
@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError
 
-from skillflow.injection.applicability import fingerprint, intent_of, live_skills, parse_sequence, save_rule
+from skillflow.injection.applicability import fingerprint, live_skills, save_rule
 from skillflow.injection.calibration import NEVER, Budget, Example, Rule, fit
-from skillflow.injection.conversation import VIEWS, view_text
 from skillflow.injection.embeddings import Embedder, get_embedder
+from skillflow.injection.history import HistoryRun, examples
+from skillflow.injection.views import NEAREST, VIEWS
 from skillflow.kernel.config import PromotionConfig, get_settings
 from skillflow.promotion.redact import redact_query
 from skillflow.storage.schema import workflow_memory
@@ -43,35 +43,25 @@ def history_examples(
     embedder: Embedder,
     declared: dict[str, bool] | None = None,
 ) -> list[Example]:
-    """The tenant's newest runs as examples (oldest first), each view embedded once per run."""
+    """The tenant's newest runs as examples (oldest first), each in the form of a live request."""
     wm = workflow_memory
     with engine.connect() as conn:
         rows = conn.execute(
-            select(wm.c.id, wm.c.query, wm.c.conversation_id, wm.c.tool_sequence, wm.c.canonical_hash)
+            select(
+                wm.c.id, wm.c.query, wm.c.conversation_id, wm.c.segment_index, wm.c.tool_sequence, wm.c.canonical_hash
+            )
             .where(wm.c.agent_id == agent_id, wm.c.user_id == user_id, wm.c.canonical_hash.is_not(None))
             .order_by(wm.c.created_at.desc(), wm.c.id)
             .limit(config.applicability_history_runs)
         ).all()
-    rows = [r for r in reversed(rows) if (r.query or "").strip() and r.tool_sequence]
-    if not rows:
-        return []
-    vectors: dict[str, np.ndarray] = {}
-    for view in VIEWS:
-        texts = [view_text(str(r.query).split("\n"), view, redact_query) or " " for r in rows]
-        vectors[view] = embedder.embed(texts)
-    out: list[Example] = []
-    for i, r in enumerate(rows):
-        proc = parse_sequence(r.tool_sequence)
-        out.append(
-            Example(
-                group=str(r.conversation_id or r.id),
-                intent=intent_of(proc, declared),
-                klass=str(r.canonical_hash),
-                vectors={v: vectors[v][i] for v in VIEWS},
-                prefix=proc[:-1],
-            )
+    runs = [
+        HistoryRun(
+            str(r.id), str(r.query or ""), str(r.tool_sequence or ""), str(r.canonical_hash), r.conversation_id,
+            r.segment_index,
         )
-    return out
+        for r in reversed(rows)
+    ]  # fmt: skip
+    return examples(runs, embedder, VIEWS, redact_query, declared)
 
 
 def summary(rule: Rule, fp: str) -> dict[str, Any]:
@@ -108,13 +98,13 @@ def calibrate(
     with engine.connect() as conn:
         skills = live_skills(conn, agent_id, user_id, declared)
         fp = fingerprint(conn, agent_id, user_id, embedder.model_id)
-    examples = history_examples(engine, agent_id, user_id, config, embedder, declared) if skills else []
+    history = history_examples(engine, agent_id, user_id, config, embedder, declared) if skills else []
     budget = Budget(
         wrong=config.applicability_wrong_budget,
         false=config.applicability_false_budget,
         min_negatives=config.applicability_min_negatives,
     )
-    rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
+    rule = fit(history, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
     if not dry_run:
         for attempt in (1, 2):
             try:
@@ -131,7 +121,7 @@ def calibrate(
         agent_id,
         user_id,
         rule.injects,
-        len(examples),
+        len(history),
         len(skills),
     )
     return summary(rule, fp)

@@ -87,9 +87,39 @@ def test_a_contradicting_prefix_is_never_injected() -> None:
     assert decide(rule, q).skill_id is not None
     d = decide(rule, q, ("send_certificate",))  # never called before a cancel in the history
     assert d.skill_id is None
-    # Known tools in an order no procedure follows: the intent is right, but no procedure continues them.
+    d = decide(rule, q, ("get_user", "send_certificate"))  # one contradicting call among known ones is enough
+    assert d.skill_id is None
+
+
+def test_the_skill_whose_procedure_follows_the_calls_most_closely_wins() -> None:
+    rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+    q = around(0, np.random.default_rng(5))
+    # Repeated reads follow A's procedure further than B's (two of its calls in order against one).
+    assert decide(rule, q, ("get_user", "get_reservation", "get_reservation")).skill_id == "sa"
+    assert decide(rule, q, ("get_user", "search_flights", "search_flights")).skill_id == "sb"
+    # Reads in another order contradict nothing: both procedures share one of them in order, so the better
+    # success rate decides (A), never "no skill".
     d = decide(rule, q, ("get_reservation", "get_user"))
-    assert d.skill_id is None and d.intent == "cancel_reservation"
+    assert d.skill_id == "sa" and d.intent == "cancel_reservation"
+
+
+def test_among_procedures_the_calls_follow_equally_the_most_direct_wins() -> None:
+    """Same write, same success: after (get_user, get_reservation) the 3-step procedure, not the one that reads
+    three more reservations first; once those reads are made, the longer one."""
+    short = LiveSkill("short", "c3", "cancel_reservation", (*PRE_A, "cancel_reservation"), (1.0, 4))
+    long_ = LiveSkill(
+        "long",
+        "c6",
+        "cancel_reservation",
+        (*PRE_A, "get_reservation", "get_reservation", "cancel_reservation"),
+        (1.0, 9),
+    )
+    assert calibration.champion([short, long_], PRE_A) is short
+    assert calibration.champion([short, long_], (*PRE_A, "get_reservation", "get_reservation")) is long_
+    assert calibration.champion([short, long_], ()) is short  # nothing made yet: the most direct procedure
+    better = LiveSkill("better", "c9", "cancel_reservation", long_.procedure, (1.0, 2))
+    worse = LiveSkill("worse", "c8", "cancel_reservation", short.procedure, (0.8, 20))
+    assert calibration.champion([worse, better], PRE_A) is better  # success rate before length
 
 
 @pytest.mark.parametrize("overlap", [0.2, 0.4])

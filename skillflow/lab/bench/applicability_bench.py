@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,11 +30,15 @@ from typing import Any
 import numpy as np
 
 from skillflow.capture.segments import READ_ONLY, segment_conversation
-from skillflow.injection.calibration import Budget, Example, LiveSkill, champion, decide, fit, folds_by_group
-from skillflow.injection.conversation import LAST, VIEWS, view_text
+from skillflow.injection.calibration import Budget, LiveSkill, champion, decide, fit, folds_by_group
+from skillflow.injection.conversation import LAST, view_text
 from skillflow.injection.embeddings import Embedder
+from skillflow.injection.history import HistoryRun
+from skillflow.injection.history import examples as history_examples
+from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
+from skillflow.lab.bench.retrieval_bench import CachedEmbedder
 from skillflow.promotion.redact import redact_query
 
 TAU_BENCH = Path("/work/shared/corpora/tau-bench/gpt-4o-airline.json")
@@ -51,6 +55,7 @@ class Seg:
     so_far: tuple[str, ...]  # every user message of the conversation before the probe
     ok: bool
     query_key: str
+    index: int = 0  # the segment's position in its conversation
 
 
 def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
@@ -77,6 +82,7 @@ def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
                     so_far=tuple(seen),
                     ok=canonical.execution_succeeded(units, None),
                     query_key=canonical.normalize_query(seg.query),
+                    index=seg.index,
                 )
             )
     return out
@@ -143,8 +149,13 @@ class AppResult:
         return asdict(self)
 
 
-def _embed_views(emb: Embedder, texts: dict[str, list[str]]) -> dict[str, np.ndarray]:
-    return {v: emb.embed([t or " " for t in ts]) for v, ts in texts.items()}
+def history_runs(segs: Sequence[Seg]) -> list[HistoryRun]:
+    """The segments as the stored runs a promotion cycle reads (one conversation per ``Seg.conversation``)."""
+    return [
+        HistoryRun(f"{s.conversation}#{s.index}", "\n".join(s.span), " > ".join(s.procedure), s.klass,
+                   s.conversation, s.index)
+        for s in segs
+    ]  # fmt: skip
 
 
 Split = tuple[list[int], list[int], list[LiveSkill]]  # (history indices, probe indices, live skills)
@@ -169,13 +180,20 @@ def evaluate(
     progress: Callable[[str], None] = lambda _: None,
     splits: Iterable[Split] | None = None,
     corpus: str = "tau-bench airline (gpt-4o)",
+    declared: Mapping[str, bool] | None = None,
 ) -> AppResult:
-    """Outer CV grouped by task (or the given ``splits``); see the module docstring."""
+    """Outer CV grouped by task (or the given ``splits``); see the module docstring.
+
+    The history side is what a promotion cycle fits on (:func:`skillflow.injection.history.examples` over the
+    training segments as stored runs), the probe side what ``prepare`` computes
+    (:func:`skillflow.injection.views.vectors` over the conversation so far).
+    """
     t0 = time.perf_counter()
-    hist = _embed_views(embedder, {v: [view_text(s.span, v, redact_query) for s in segs] for v in VIEWS})
-    probe = _embed_views(embedder, {v: [view_text(s.so_far, v, redact_query) for s in segs] for v in VIEWS})
-    raw_last = embedder.embed([view_text(s.so_far, LAST) or " " for s in segs])
-    trig = embedder.embed([view_text(s.span, LAST, redact_query) or " " for s in segs])
+    memo = CachedEmbedder(embedder)  # folds and seeds share the corpus's texts
+    runs = history_runs(segs)
+    raw_last = memo.embed([view_text(s.so_far, LAST) or " " for s in segs])
+    trig = memo.embed([view_text(s.span, LAST, redact_query) or " " for s in segs])
+    probe_last = memo.embed([view_text(s.so_far, LAST, redact_query) or " " for s in segs])
     tallies = {f"{row}/{lvl}": Tally() for row in ("fitted", "fixed", "ceiling") for lvl in ("intent", "class")}
     fitted, times = [], []
     budget = Budget(
@@ -183,17 +201,8 @@ def evaluate(
     )
     plan = list(splits) if splits is not None else list(task_folds(segs, config, folds, seed))
     for k, (train, test, skills) in enumerate(plan):
-        examples = [
-            Example(
-                segs[i].conversation,
-                segs[i].intent,
-                segs[i].klass,
-                {v: hist[v][i] for v in VIEWS},
-                segs[i].procedure[:-1],
-            )
-            for i in train
-        ]
-        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
+        examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query, declared)
+        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
         floors = {i: round(f, 3) for i, f in rule.floors.items()}
         fitted.append({"fold": k, "skills": len(skills), "view": rule.view, "strength": rule.strength,
                        "margin": rule.margin, "reason": rule.reason, "floors": floors,
@@ -204,18 +213,18 @@ def evaluate(
         # nearest-skill index for the ceiling and the fixed rule: each skill's trigger queries (its runs, redacted)
         rows = [(i, segs[i].klass) for i in train if segs[i].klass in by_class]
         tv = np.stack([trig[i] for i, _ in rows]) if rows else np.zeros((0, raw_last.shape[1]), np.float32)
-        cv = np.stack([hist[LAST][i] for i, _ in rows]) if rows else tv
         owner = [c for _, c in rows]
-        for i in test:
+        probe = vectors([segs[i].so_far for i in test], rule.view or LAST, memo, redact_query)
+        for j, i in enumerate(test):
             s = segs[i]
             pre = s.procedure[:-1]
             t1 = time.perf_counter()
-            d = decide(rule, probe[rule.view or LAST][i], pre)
+            d = decide(rule, probe[j], pre)
             times.append((time.perf_counter() - t1) * 1000)
             got = by_class[d.skill_id] if d.skill_id else None
             for row, skill in (
                 ("fitted", got),
-                *_baselines(tv, cv, owner, by_class, raw_last[i], probe[LAST][i], pre, threshold),
+                *_baselines(tv, owner, by_class, raw_last[i], probe_last[i], pre, threshold),
             ):
                 tallies[f"{row}/intent"].add(s.intent in intents, skill.intent if skill else None, s.intent)
                 tallies[f"{row}/class"].add(s.klass in by_class, skill.skill_id if skill else None, s.klass)
@@ -230,7 +239,6 @@ def evaluate(
 
 def _baselines(
     tv: np.ndarray,
-    cv: np.ndarray,
     owner: list[str],
     by_class: dict[str, LiveSkill],
     raw: np.ndarray,
@@ -243,22 +251,26 @@ def _baselines(
     sims = tv @ raw
     j = int(np.argmax(sims))
     fixed = by_class[owner[j]] if sims[j] >= threshold else None
-    near = by_class[owner[int(np.argmax(cv @ redacted))]]
-    same = [s for s in by_class.values() if s.intent == near.intent]
-    ceiling = champion(same, prefix) or max(same, key=lambda s: s.rank)
+    near = by_class[owner[int(np.argmax(tv @ redacted))]]
+    ceiling = champion([s for s in by_class.values() if s.intent == near.intent], prefix)
     return [("fixed", fixed), ("ceiling", ceiling)]
 
 
 def run_tau_bench(
-    path: Path, embedder: Embedder, config: PromotionConfig, threshold: float, progress: Callable[[str], None]
+    path: Path,
+    embedder: Embedder,
+    config: PromotionConfig,
+    threshold: float,
+    progress: Callable[[str], None],
+    seed: int = 0,
 ) -> AppResult | None:
-    """None (with a message) when the corpus file is absent."""
+    """None (with a message) when the corpus file is absent; ``seed`` picks the grouped 5-fold split."""
     if not path.is_file():
         progress(f"τ-bench corpus not found at {path}: skipped")
         return None
     segs = tau_segments(path)
     progress(f"τ-bench: {len(segs)} segments, intents {dict(Counter(s.intent for s in segs).most_common())}")
-    return evaluate(segs, embedder, config, threshold=threshold, progress=progress)
+    return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed)
 
 
 def time_prepare(
@@ -293,15 +305,11 @@ def time_prepare(
                 transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
                 ids[s.skill_id] = rec.id
         skills = [LiveSkill(ids[s.skill_id], s.canonical_hash, s.intent, s.procedure, s.rank) for s in gated]
-        hist = _embed_views(embedder, {v: [view_text(s.span, v, redact_query) for s in segs] for v in VIEWS})
-        examples = [
-            Example(s.conversation, s.intent, s.klass, {v: hist[v][i] for v in VIEWS}, s.procedure[:-1])
-            for i, s in enumerate(segs)
-        ]
+        examples = history_examples(history_runs(segs), embedder, VIEWS, redact_query)
         budget = Budget(
             config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
         )
-        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity)
+        rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
         with engine.begin() as conn:
             save_rule(conn, agent, user, fingerprint(conn, agent, user, embedder.model_id), embedder.model_id, rule, 1)
         RULES.clear()

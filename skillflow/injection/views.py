@@ -1,0 +1,63 @@
+"""The vectors the applicability rule compares: one per conversation so far, in one of three views.
+
+- ``last``: the latest user message, embedded;
+- ``joint``: the latest message and the last three (newest first, one text: the ``recent`` text), each
+  embedded and each as hashed word and character n-grams, the four blocks unit-normalised, concatenated and
+  normalised again. The embedding carries paraphrase, the n-grams carry the words that name an action
+  ("cancel", "transfer", "bag"), which a sentence embedding blurs between requests of one domain
+  (docs/BENCHMARKS.md, "Applicability").
+
+The fit chooses between ``last`` and ``joint``; ``recent`` alone (the fit's third choice before ``joint``) is
+still computed for rules stored with it. On unseen τ-bench tasks it lost to ``joint`` whenever the inner CV
+preferred it: it memorises a conversation's own wording.
+
+Stored history and live requests go through the same function (:func:`vectors`), after the same
+redaction, so the two sides are always compared in the same form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from skillflow.injection.conversation import LAST, RECENT, view_text
+from skillflow.injection.embeddings import Embedder, HashingEmbedder
+
+JOINT = "joint"
+VIEWS = (LAST, JOINT)  # what the fit chooses from; ``recent`` alone still applies to rules stored before ``joint``
+NEAREST = (LAST,)  # views the nearest-exemplar score is offered on (its stored exemplars stay small)
+SINGLE_TEXT = (LAST, RECENT)
+NGRAM_DIM = 256
+_NGRAMS = HashingEmbedder(NGRAM_DIM)
+
+
+def _embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Embed each distinct text once (a blank text embeds as one space)."""
+    unique = list(dict.fromkeys(t or " " for t in texts))
+    if not unique:
+        return np.zeros((0, embedder.dim), np.float32)
+    rows = {t: i for i, t in enumerate(unique)}
+    mat = embedder.embed(unique)
+    return np.asarray(mat[[rows[t or " "] for t in texts]], dtype=np.float32)
+
+
+def vectors(
+    conversations: Sequence[Sequence[str]],
+    view: str,
+    embedder: Embedder,
+    form: Callable[[str], str] = lambda t: t,
+) -> np.ndarray:
+    """One unit vector per conversation so far (its user messages, oldest first) in ``view``."""
+    if view in SINGLE_TEXT:
+        return _embed(embedder, [view_text(m, view, form) for m in conversations])
+    if view != JOINT:
+        raise ValueError(f"unknown view {view!r}; expected one of {', '.join((*SINGLE_TEXT, JOINT))}")
+    last = [view_text(m, LAST, form) for m in conversations]
+    recent = [view_text(m, RECENT, form) for m in conversations]
+    blocks = [_embed(embedder, last), _embed(embedder, recent), _NGRAMS.embed(last), _NGRAMS.embed(recent)]
+    joint = np.hstack(blocks).astype(np.float32)
+    norms = np.linalg.norm(joint, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    out: np.ndarray = joint / norms
+    return out

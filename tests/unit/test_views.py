@@ -1,0 +1,57 @@
+"""The vectors the applicability rule compares: one form for stored history and live requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from skillflow.injection.conversation import LAST, RECENT, view_text
+from skillflow.injection.embeddings import HashingEmbedder
+from skillflow.injection.views import JOINT, NGRAM_DIM, vectors
+from skillflow.promotion.redact import redact_query
+
+EMB = HashingEmbedder(64)
+CONV = ("hi there", "I need to cancel my reservation", "yes, please proceed\nthank you")
+
+
+def test_the_joint_view_is_four_equal_blocks_of_two_texts() -> None:
+    v = vectors([CONV], JOINT, EMB)[0]
+    assert v.shape == (2 * EMB.dim + 2 * NGRAM_DIM,) and np.isclose(np.linalg.norm(v), 1.0)
+    last, recent = view_text(CONV, LAST), view_text(CONV, RECENT)
+    assert last == "thank you" and recent.startswith("thank you | yes, please proceed")
+    # Four unit blocks, normalised together: each block is its own vector scaled by 1/2.
+    np.testing.assert_allclose(v[: EMB.dim], EMB.embed([last])[0] / 2, atol=1e-6)
+    np.testing.assert_allclose(v[EMB.dim : 2 * EMB.dim], EMB.embed([recent])[0] / 2, atol=1e-6)
+    np.testing.assert_allclose(
+        v[2 * EMB.dim : 2 * EMB.dim + NGRAM_DIM], HashingEmbedder(NGRAM_DIM).embed([last])[0] / 2
+    )
+
+
+@pytest.mark.parametrize("view", [LAST, RECENT, JOINT])
+def test_a_stored_run_and_the_live_conversation_give_the_same_vector(view: str) -> None:
+    """A stored segment's query is its user messages joined by newlines; the live side passes them one by one,
+    a message possibly spanning lines. Both are read line by line and redacted per line."""
+    live = ("My card is 4111 1111 1111 1111, cancel it", "yes\nplease go ahead with reservation ABC123")
+    stored = "\n".join(live).split("\n")
+    a = vectors([live], view, EMB, redact_query)
+    b = vectors([stored], view, EMB, redact_query)
+    np.testing.assert_array_equal(a, b)
+    assert "4111" not in view_text(live, RECENT, redact_query)
+
+
+def test_each_distinct_text_is_embedded_once_and_blank_requests_stay_defined() -> None:
+    seen: list[str] = []
+
+    class Counting(HashingEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            seen.extend(texts)
+            return super().embed(texts)
+
+    out = vectors([CONV, CONV, ()], LAST, Counting(32))
+    assert out.shape == (3, 32) and sorted(seen) == sorted(["thank you", " "])
+    assert np.all(np.isfinite(vectors([()], JOINT, EMB)))
+
+
+def test_an_unknown_view_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown view"):
+        vectors([CONV], "everything", EMB)
