@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
 from skillflow.cli import app
 
 SMALL = ["bench", "retrieval", "--embedder", "hashing", "--skills", "10", "--pools", "5", "--queries", "10"]
-SMALL += ["--rounds", "1", "--tau-bench", "", "--prepare-probes", "0"]
+SMALL += ["--rounds", "1", "--tau-bench", "", "--api-bank", "", "--prepare-probes", "0"]
 
 
 def test_bank_and_simulator_rows_next_to_the_fixed_rule_and_the_ceiling() -> None:
@@ -31,3 +32,14 @@ def test_bank_and_simulator_rows_next_to_the_fixed_rule_and_the_ceiling() -> Non
     assert "bench bank" in flat and "simulator" in flat and "ceiling" in flat
     skipped = runner.invoke(app, [*SMALL, "--no-applicability-sets", "--json"])
     assert json.loads(skipped.output)["applicability_sets"] == {}
+
+
+def test_several_cv_seeds_report_each_split_and_their_mean(corpora_dir: Path) -> None:
+    root = corpora_dir / "api-bank" / "level-1-given-desc"
+    args = [*SMALL[:-6], "--tau-bench", "", "--api-bank", str(root), "--prepare-probes", "0"]
+    out = CliRunner().invoke(app, [*args, "--no-applicability-sets", "--cv-seeds", "0,3"])
+    assert out.exit_code == 0, out.output
+    rows = [" ".join(line.split()) for line in out.output.splitlines() if "api-bank" in line and "│" in line]
+    assert [r.split("│")[2].strip() for r in rows if " intent " in r] == ["0", "3", "mean"]
+    bad = CliRunner().invoke(app, [*args, "--cv-seeds", "x"])
+    assert bad.exit_code != 0 and "--cv-seeds" in bad.output

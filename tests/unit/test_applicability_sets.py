@@ -1,14 +1,23 @@
-"""The bench bank and simulator applicability sets: splits that never leak, NONE history, honest rates."""
+"""The bench bank, simulator and API-Bank applicability sets: splits that never leak, NONE history, honest rates."""
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from skillflow.capture.segments import READ_ONLY
+from skillflow.injection.calibration import folds_by_group
 from skillflow.injection.embeddings import HashingEmbedder
 from skillflow.kernel.config import PromotionConfig
 from skillflow.lab.bench.applicability_bench import task_folds
-from skillflow.lab.bench.applicability_sets import bank_segments, bank_splits, run_bank, simulator_segments
+from skillflow.lab.bench.applicability_sets import (
+    api_bank_segments,
+    bank_segments,
+    bank_splits,
+    run_api_bank,
+    run_bank,
+    simulator_segments,
+)
 from skillflow.lab.bench.paraphrase_bank import BANK
 from skillflow.lab.simulator import conversation_messages, execute, good_procedure, held_out_requests
 
@@ -68,3 +77,27 @@ def test_a_conversation_confirms_before_its_first_write_and_segments_on_it() -> 
     segments = segment_conversation(messages)
     assert [s.intent for s in segments] == ["cancel_reservation"]
     assert segments[0].query.split("\n") == users and segments[0].intent != READ_ONLY
+
+
+def test_api_bank_dialogs_segment_into_conversations_and_folds_group_by_scenario(corpora_dir: Path) -> None:
+    segs = api_bank_segments(corpora_dir / "api-bank" / "level-1-given-desc")
+    dialogs, scenarios = {s.conversation for s in segs}, {s.task for s in segs}
+    assert len(dialogs) > 150 and len(scenarios) < len(dialogs)
+    add = next(s for s in segs if s.conversation == "AddAgenda-level-1-1")
+    assert add.task == "AddAgenda-level-1" and add.procedure == ("GetUserToken", "AddAgenda")
+    assert add.so_far[0].startswith("Hi, can you help me add a new schedule")
+    for fold in folds_by_group([s.task for s in segs], 5, 0):
+        inside = {segs[i].task for i in fold}
+        assert all(segs[i].task not in inside for i in range(len(segs)) if i not in fold)
+    root = corpora_dir / "api-bank" / "level-1-given-desc"
+    result = run_api_bank(HashingEmbedder(), PromotionConfig(), 0.7, lambda _: None, root)
+    assert result is not None and result.folds == 5
+    for levels in result.rows.values():
+        for r in levels.values():
+            assert len(segs) == r.P + r.N and abs(r.hit + r.wrong + r.miss - 1) < 1e-9
+
+
+def test_an_absent_api_bank_is_skipped_with_a_message(tmp_path: Path) -> None:
+    said: list[str] = []
+    assert run_api_bank(HashingEmbedder(), PromotionConfig(), 0.7, said.append, tmp_path / "none") is None
+    assert "not found" in said[0]

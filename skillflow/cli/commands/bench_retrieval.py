@@ -50,6 +50,18 @@ def bench_retrieval(
         str,
         typer.Option("--tau-bench", help="τ-bench airline JSON for the applicability section ('' skips it)."),
     ] = "/work/shared/corpora/tau-bench/gpt-4o-airline.json",
+    api_bank: Annotated[
+        str,
+        typer.Option("--api-bank", help="API-Bank level-1 folder for the applicability section ('' skips it)."),
+    ] = "/work/shared/corpora/api-bank/level-1-given-desc",
+    cv_seeds: Annotated[
+        str,
+        typer.Option(
+            "--cv-seeds",
+            help="Comma-separated seeds of the grouped 5-fold splits of τ-bench and API-Bank (one split each; "
+            "with several, every seed's figures and their mean are shown).",
+        ),
+    ] = "0",
     prepare_probes: Annotated[int, typer.Option("--prepare-probes", min=0, help="Timed prepare() calls.")] = 60,
     sets: Annotated[
         bool,
@@ -62,6 +74,7 @@ def bench_retrieval(
 
     if filler not in ("random", "text"):
         fail("--filler must be random or text")
+    seeds = _seeds(cv_seeds)
 
     def say(msg: str) -> None:
         if not json:
@@ -79,12 +92,18 @@ def bench_retrieval(
         progress=say,
         filler=filler,
     )
-    app_result, prepare_ms = _applicability(tau_bench, embedder, threshold, prepare_probes, say)
+    cv: dict[str, list[Any]] = {}
+    app_result, prepare_ms = _applicability(tau_bench, embedder, threshold, prepare_probes, say, seeds, cv)
     more = _applicability_sets(embedder, threshold, say) if sets else {}
+    more.update(_api_bank(api_bank, embedder, threshold, say, seeds, cv))
     if json:
         doc = result.as_dict()
         doc["applicability"] = app_result.as_dict() if app_result else None
         doc["applicability_sets"] = {k: v.as_dict() for k, v in more.items()}
+        doc["applicability_cv"] = {
+            name: [{"seed": seed, "rows": r.as_dict()["rows"], "fitted": r.fitted} for seed, r in runs]
+            for name, runs in cv.items()
+        }
         doc["prepare_ms"] = prepare_ms
         print_json(doc)
         return
@@ -113,6 +132,18 @@ def bench_retrieval(
     for extra in more.values():
         _print_applicability(extra, None)
     _print_applicability(app_result, prepare_ms)
+    if len(seeds) > 1:
+        _print_cv(cv)
+
+
+def _seeds(raw: str) -> list[int]:
+    try:
+        values = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v < 0 for v in values):
+        fail(f"--cv-seeds must be comma-separated non-negative integers, got {raw!r}")
+    return values
 
 
 def _applicability_sets(embedder_name: str, threshold: float, say: Callable[[str], None]) -> dict[str, Any]:
@@ -127,10 +158,39 @@ def _applicability_sets(embedder_name: str, threshold: float, say: Callable[[str
     return {"bank": run_bank(emb, config, threshold, say), "simulator": run_simulator(emb, config, threshold, say)}
 
 
+def _api_bank(
+    path: str, embedder_name: str, threshold: float, say: Callable[[str], None], seeds: list[int], cv: dict[str, Any]
+) -> dict[str, Any]:
+    """The API-Bank section (5-fold CV grouped by scenario, per seed); nothing when skipped or absent."""
+    from pathlib import Path
+
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.kernel.config import load_promotion_config
+    from skillflow.lab.bench.applicability_sets import run_api_bank
+    from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+
+    if not path:
+        return {}
+    emb = CachedEmbedder(get_embedder(embedder_name))
+    config = load_promotion_config()
+    runs = [(seed, run_api_bank(emb, config, threshold, say, Path(path), seed)) for seed in seeds]
+    found = [(seed, r) for seed, r in runs if r is not None]
+    if not found:
+        return {}
+    cv["api-bank"] = found
+    return {"api_bank": found[0][1]}
+
+
 def _applicability(
-    path: str, embedder_name: str, threshold: float, probes: int, say: Callable[[str], None]
+    path: str,
+    embedder_name: str,
+    threshold: float,
+    probes: int,
+    say: Callable[[str], None],
+    seeds: list[int],
+    cv: dict[str, list[Any]],
 ) -> tuple[Any, dict[str, float] | None]:
-    """The τ-bench applicability section (5-fold CV grouped by task) and prepare() timing; skipped when absent."""
+    """The τ-bench applicability section (5-fold CV grouped by task, per seed) and prepare() timing."""
     from pathlib import Path
 
     from skillflow.injection.embeddings import get_embedder
@@ -142,11 +202,32 @@ def _applicability(
         return None, None
     emb = CachedEmbedder(get_embedder(embedder_name))
     config = load_promotion_config()
-    result = run_tau_bench(Path(path), emb, config, threshold, say)
-    if result is None or probes <= 0:
+    runs = [(seed, run_tau_bench(Path(path), emb, config, threshold, say, seed)) for seed in seeds]
+    result = runs[0][1]
+    if result is None:
+        return None, None
+    cv["tau-bench"] = runs
+    if probes <= 0:
         return result, None
     p50, p95, injected = time_prepare(tau_segments(Path(path)), get_embedder(embedder_name), config, probes)
     return result, {"p50": p50, "p95": p95, "probes": probes, "injected": injected}
+
+
+def _print_cv(cv: dict[str, list[Any]]) -> None:
+    """The fitted rule per grouped split and the mean over the splits."""
+    table = Table(title="fitted rule per grouped 5-fold split (seed) and the mean")
+    for col in ("set", "seed", "level", "hit@1", "wrong", "miss", "false-injection"):
+        table.add_column(col, justify="right")
+    for name, runs in cv.items():
+        for level in ("intent", "class"):
+            rates = [r.rows["fitted"][level] for _, r in runs]
+            for (seed, _), x in zip(runs, rates, strict=True):
+                table.add_row(
+                    name, str(seed), level, f"{x.hit:.3f}", f"{x.wrong:.3f}", f"{x.miss:.3f}", f"{x.false:.3f}"
+                )
+            mean = [sum(getattr(x, k) for x in rates) / len(rates) for k in ("hit", "wrong", "miss", "false")]
+            table.add_row(name, "mean", level, *(f"{v:.3f}" for v in mean))
+    console.print(table)
 
 
 def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> None:
@@ -170,7 +251,10 @@ def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> No
     console.print(table)
     console.print(f"decide() after embedding: p50 {result.decide_p50_ms:.3f} ms, p95 {result.decide_p95_ms:.3f} ms")
     for f in result.fitted:
-        console.print(f"  fold {f['fold']}: skills={f['skills']} view={f['view']} margin={f['margin']} {f['reason']}")
+        console.print(
+            f"  fold {f['fold']}: skills={f['skills']} view={f['view']} score={f['strength'] or 'nearest'} "
+            f"margin={f['margin']} {f['reason']}"
+        )
     if prepare_ms:
         console.print(
             f"prepare() as a whole (embedding included, {prepare_ms['probes']} calls): "

@@ -1,6 +1,6 @@
-"""Applicability on the bench bank and on the simulator: the fitted rule vs the fixed 0.70 rule vs the ceiling.
+"""Applicability on the bench bank, the simulator and API-Bank: the fitted rule vs the fixed 0.70 rule vs the ceiling.
 
-Both sets run through :func:`skillflow.lab.bench.applicability_bench.evaluate` (the product's ``fit`` and
+Every set runs through :func:`skillflow.lab.bench.applicability_bench.evaluate` (the product's ``fit`` and
 ``decide``, the same rows and rates as τ-bench); only the history and the splits differ.
 
 - **Bench bank** (:mod:`skillflow.lab.bench.paraphrase_bank`, 25 intents x 5 trigger + 3 held-out
@@ -14,12 +14,19 @@ Both sets run through :func:`skillflow.lab.bench.applicability_bench.evaluate` (
   ``record_conversation`` does. Outer 5-fold CV is grouped by **template family** (the request template,
   training and held-out templates alike), never by episode: a held-out fold's phrasings were never seen.
   Live skills are the training folds' classes that pass the configured gates, as for τ-bench.
+- **API-Bank** (level-1 reference dialogs from ``../shared/corpora``, a real corpus never used to choose
+  anything in the rule): each dialog is segmented on state-changing calls (tool-name verb rule) like
+  ``record_conversation`` does; outer 5-fold CV is grouped by **scenario** (the file name without its
+  sample number, e.g. ``AddAgenda-level-1``), never by dialog.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from skillflow.capture.segments import READ_ONLY, segment_conversation
@@ -31,6 +38,7 @@ from skillflow.kernel.models import Step
 from skillflow.kernel.state import changes_state
 from skillflow.lab.bench.applicability_bench import AppResult, Seg, Split, evaluate, task_folds
 from skillflow.lab.bench.paraphrase_bank import BANK
+from skillflow.lab.ingest.api_bank import chat_messages
 from skillflow.lab.simulator import conversation_messages, execute, new_task, procedures_for
 from skillflow.lab.simulator.conversations import CONFIRMATIONS, GREETINGS
 from skillflow.lab.simulator.scenarios import INTENT_WEIGHTS, INTENTS
@@ -38,6 +46,7 @@ from skillflow.lab.simulator.templates import HELD_OUT, TEMPLATES
 
 BANK_ROUNDS = 5
 GOOD_RATE = 0.55
+API_BANK = Path("/work/shared/corpora/api-bank/level-1-given-desc")
 
 
 def _seg(task: str, group: str, klass: str, text: str) -> Seg:
@@ -80,6 +89,7 @@ def run_bank(
         progress=progress,
         splits=bank_splits(history, probes),
         corpus=f"bench bank ({BANK_ROUNDS} rounds, every {BANK_ROUNDS}th intent without a skill)",
+        declared=dict.fromkeys((i.name for i in BANK), True),  # each bank intent is one state-changing call
     )
 
 
@@ -105,7 +115,9 @@ def _business_ok(steps: list[Step]) -> bool:
     return True
 
 
-def _unit_seg(task: str, group: str, steps: list[Step], span: tuple[str, ...], so_far: tuple[str, ...]) -> Seg | None:
+def _unit_seg(
+    task: str, group: str, steps: list[Step], span: tuple[str, ...], so_far: tuple[str, ...], index: int = 0
+) -> Seg | None:
     units = canonical.signature(steps, ("think",))
     if not units:
         return None
@@ -113,7 +125,7 @@ def _unit_seg(task: str, group: str, steps: list[Step], span: tuple[str, ...], s
     intent = procedure[-1] if changes_state(procedure[-1]) else READ_ONLY
     key = canonical.normalize_query("\n".join(span))
     return Seg(task, group, intent, canonical.canonical_hash(units) or "", procedure, span, so_far,
-               _business_ok(steps), key)  # fmt: skip
+               _business_ok(steps), key, index)  # fmt: skip
 
 
 def simulator_segments(
@@ -142,7 +154,7 @@ def simulator_segments(
         for s in segment_conversation(messages):
             span = tuple(m for m in s.query.split("\n") if m.strip())
             seen.extend(span)
-            seg = _unit_seg(family, f"conv-{index}", s.steps, span, tuple(seen))
+            seg = _unit_seg(family, f"conv-{index}", s.steps, span, tuple(seen), s.index)
             out += [seg] if seg else []
     return out
 
@@ -166,4 +178,48 @@ def run_simulator(
         progress=progress,
         splits=task_folds(segs, config, 5, 0),
         corpus=f"simulator ({runs} runs + {conversations} conversations, 5-fold CV grouped by template family)",
+    )
+
+
+def api_bank_segments(root: Path = API_BANK) -> list[Seg]:
+    """Every level-1 dialog as segments, tagged with its scenario (``Seg.task``) and dialog (``Seg.conversation``)."""
+    out: list[Seg] = []
+    for file in sorted(root.glob("*.jsonl")):
+        records = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        scenario = re.sub(r"-\d+$", "", file.stem)
+        seen: list[str] = []
+        for s in segment_conversation(chat_messages(records)):
+            span = tuple(m for m in s.query.split("\n") if m.strip())
+            seen.extend(span)
+            units = canonical.signature(s.steps, ("think",))
+            if units:
+                out.append(Seg(scenario, file.stem, s.intent, canonical.canonical_hash(units) or "",
+                               tuple(u.tool for u in units), span, tuple(seen),
+                               canonical.execution_succeeded(units, None), canonical.normalize_query(s.query),
+                               s.index))  # fmt: skip
+    return out
+
+
+def run_api_bank(
+    embedder: Embedder,
+    config: PromotionConfig,
+    threshold: float,
+    progress: Callable[[str], None],
+    root: Path = API_BANK,
+    seed: int = 0,
+) -> AppResult | None:
+    """None (with a message) when the corpus folder is absent."""
+    if not root.is_dir():
+        progress(f"API-Bank corpus not found at {root}: skipped")
+        return None
+    segs = api_bank_segments(root)
+    progress(f"API-Bank: {len(segs)} segments of {len({s.conversation for s in segs})} dialogs")
+    return evaluate(
+        segs,
+        embedder,
+        config,
+        threshold=threshold,
+        progress=progress,
+        splits=task_folds(segs, config, 5, seed),
+        corpus="API-Bank level-1 (5-fold CV grouped by scenario)",
     )

@@ -55,6 +55,24 @@ def _turns(records: list[Mapping[str, Any]]) -> Iterator[tuple[str, list[Step]]]
         yield query, steps
 
 
+def chat_messages(records: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A dialog as OpenAI chat messages: ``User``/``AI`` lines as user/assistant turns, each ``API`` line as an
+    assistant tool call and its tool reply (``Error: …`` when the call raised), in dialog order."""
+    out: list[dict[str, Any]] = []
+    for n, record in enumerate(records):
+        role = record.get("role")
+        if role in ("User", "AI"):
+            out.append({"role": "user" if role == "User" else "assistant", "content": str(record.get("text") or "")})
+        elif role == "API":
+            step = _step(record)
+            call = {"id": f"call-{n}", "type": "function",
+                    "function": {"name": step.tool, "arguments": json.dumps(step.arguments, default=str)}}  # fmt: skip
+            out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            reply = f"Error: {step.error}" if step.error else json.dumps(step.result, default=str)
+            out.append({"role": "tool", "tool_call_id": f"call-{n}", "content": reply})
+    return out
+
+
 def parse_api_bank(path: Path, agent_id: str = DEFAULT_AGENT_ID, user_id: str = DEFAULT_USER_ID) -> list[RunInput]:
     """Every user turn of every ``.jsonl`` dialog under ``path`` (sorted), as runs without ``created_at``.
 
