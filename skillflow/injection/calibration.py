@@ -22,10 +22,10 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
-from scipy.optimize import minimize
+
+from skillflow.injection.procedures import Chooser, follows
 
 NONE = "__none__"
 READ_ONLY = "read-only"
@@ -62,20 +62,7 @@ class LiveSkill:
 
     def follows(self, calls: Sequence[str]) -> int:
         """How many of the calls already made this procedure makes in the same order (their common subsequence)."""
-        return _common(tuple(calls), self.procedure)
-
-
-@lru_cache(maxsize=1 << 14)
-def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
-    """Length of the longest common subsequence of two short tool sequences."""
-    row = [0] * (len(b) + 1)
-    for x in a:
-        diag = 0
-        for j, y in enumerate(b):
-            up = row[j + 1]
-            row[j + 1] = diag + 1 if x == y else max(up, row[j])
-            diag = up
-    return row[-1]
+        return follows(tuple(calls), self.procedure)
 
 
 @dataclass(frozen=True)
@@ -105,12 +92,13 @@ class Rule:
     weights: np.ndarray | None = None  # (labels, dim) logistic regression; None: max-cosine scores (older rules)
     bias: np.ndarray | None = None  # (labels,), -inf for a label without exemplars
     strength: float | None = None  # the logistic regression's C chosen by the inner CV
-    _parts: tuple[_Index, dict[str, list[LiveSkill]], dict[str, set[str]]] | None = field(
+    _parts: tuple[_Index, dict[str, _Choices], dict[str, set[str]]] | None = field(
         default=None, repr=False, compare=False
     )
 
-    def parts(self) -> tuple[_Index, dict[str, list[LiveSkill]], dict[str, set[str]]]:
-        """The index, skills by intent and tools-before sets, built once per rule (decide runs per request)."""
+    def parts(self) -> tuple[_Index, dict[str, _Choices], dict[str, set[str]]]:
+        """The index, each intent's skill chooser and tools-before sets, built once per rule (decide runs per
+        request)."""
         if self._parts is None:
             index = _Index.__new__(_Index)
             index.labels, index.vecs, index.lab = self.labels, self.exemplars, self.exemplar_labels
@@ -118,7 +106,7 @@ class Rule:
             index.present = np.isin(np.arange(len(self.labels)), index.lab)
             index.w, index.b = self.weights, self.bias
             before = {k: set(v) for k, v in self.tools_before.items()}
-            self._parts = (index, _by_intent(self.skills), before)
+            self._parts = (index, {k: _Choices(v) for k, v in _by_intent(self.skills).items()}, before)
         return self._parts
 
     @property
@@ -135,16 +123,16 @@ class Decision:
     reason: str
 
 
-def champion(skills: Sequence[LiveSkill], prefix: Sequence[str]) -> LiveSkill | None:
-    """The skill of an intent whose procedure follows the calls already made most closely.
+class _Choices(list[LiveSkill]):
+    """An intent's live skills with the chooser that picks the one following the calls made."""
 
-    Most calls made in the same order first; then the best success rate, the fewest steps (the most direct
-    procedure) and the most executions. Repeated or reordered reads never rule a procedure out: whether the
-    calls contradict the intent at all is decided before, from the tenant's history (``tools_before``).
-    """
-    if not skills:
-        return None
-    return max(skills, key=lambda s: (s.follows(prefix), s.rank[:1], -len(s.procedure), s.rank[1:], s.skill_id))
+    def __init__(self, skills: Sequence[LiveSkill]) -> None:
+        super().__init__(skills)
+        self.chooser = Chooser(skills)
+
+    def choose(self, prefix: Sequence[str]) -> LiveSkill | None:
+        chosen = self.chooser.choose(prefix)
+        return chosen if isinstance(chosen, LiveSkill) else None
 
 
 class _Index:
@@ -213,6 +201,8 @@ def _logistic(
         return w_all, b_all
     n, d = vecs.shape
     k = len(labels)
+    from scipy.optimize import minimize  # only a fit trains; deciding a request never loads scipy
+
     basis = _span(vecs) if basis is None else basis
     feats = vecs.astype(np.float64)
     if basis is not None:
@@ -249,10 +239,10 @@ def _score(
     index: _Index,
     q: np.ndarray,
     prefix: Sequence[str],
-    by_intent: Mapping[str, list[LiveSkill]],
+    by_intent: Mapping[str, Sequence[LiveSkill]],
     tools_before: Mapping[str, set[str]],
-) -> tuple[str, float, float, LiveSkill | None]:
-    """(best label, its score, best other label's score, skill continuing the prefix or None)."""
+) -> tuple[str, float, float, bool]:
+    """(best label, its score, best other label's score, whether the label has a live skill)."""
     best = index.best(q)
     done = set(prefix)
     for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
@@ -265,8 +255,8 @@ def _score(
     label, s1 = index.labels[order[0]], float(best[order[0]])
     s2 = float(best[order[1]]) if len(order) > 1 else -np.inf
     if label == NONE or not np.isfinite(s1):
-        return NONE, s1, s2, None
-    return label, s1, s2, champion(by_intent.get(label, []), prefix)
+        return NONE, s1, s2, False
+    return label, s1, s2, bool(by_intent.get(label))
 
 
 def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
@@ -356,8 +346,8 @@ def _records_each(
             index = _Index(labels, vecs, lab, c, basis)
             for i in fold:
                 ex = examples[i]
-                label, s1, s2, skill = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
-                rows[k].append((label, s1, s1 - s2, skill is not None, ex.intent in by_intent, label == ex.intent))
+                label, s1, s2, has = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
+                rows[k].append((label, s1, s1 - s2, has, ex.intent in by_intent, label == ex.intent))
     out = []
     for r in rows:
         if not r:
@@ -483,8 +473,8 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
     """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``."""
     if not rule.injects:
         return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
-    index, by_intent, before = rule.parts()
-    label, s1, s2, skill = _score(index, q, prefix, by_intent, before)
+    index, choosers, before = rule.parts()
+    label, s1, s2, has = _score(index, q, prefix, choosers, before)
     if label == NONE:
         return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
     floor = max(rule.floors.get(label, NEVER), rule.lower_bound)
@@ -492,6 +482,7 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
         return Decision(None, label, s1, s2, "below the intent's floor")
     if s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
+    skill = choosers[label].choose(prefix) if has else None
     if skill is None:
         return Decision(None, label, s1, s2, "no live skill of the intent")
     return Decision(skill.skill_id, label, s1, s2, "injected")

@@ -87,7 +87,7 @@ def select_skills(
                 return Selection([], CURRENT, rule.reason or "inject nothing")
             if not view_text(messages, LAST, form):
                 return Selection([], CURRENT, "empty request")
-            d = decide(rule, vectors([messages], rule.view, embedder, form)[0], prefix)
+            d = decide(rule, vectors([messages], rule.view, embedder, form, cached=True)[0], prefix)
             chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
             return Selection([chosen] if chosen else [], CURRENT, d.reason)
         text = view_text(messages, LAST, form)

@@ -17,6 +17,8 @@ redaction, so the two sides are always compared in the same form.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,13 +34,47 @@ NGRAM_DIM = 256
 _NGRAMS = HashingEmbedder(NGRAM_DIM)
 
 
-def _embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+class _Recent:
+    """The embeddings of the latest request texts (per model): an agent calls ``prepare`` before every model
+    call, and within one user turn the texts do not change, so only a turn's first call embeds."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._rows: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed(self, embedder: Embedder, texts: list[str]) -> list[np.ndarray]:
+        out: list[np.ndarray] = []
+        for text in texts:
+            key = (embedder.model_id, text)
+            with self._lock:
+                row = self._rows.get(key)
+                if row is not None:
+                    self._rows.move_to_end(key)
+            if row is None:
+                row = np.asarray(embedder.embed([text])[0], dtype=np.float32)  # alone: no padding to a longer text
+                with self._lock:
+                    self._rows[key] = row
+                    while len(self._rows) > self.size:
+                        self._rows.popitem(last=False)
+            out.append(row)
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rows.clear()
+
+
+RECENT_TEXTS = _Recent()
+
+
+def _embed(embedder: Embedder, texts: list[str], cached: bool = False) -> np.ndarray:
     """Embed each distinct text once (a blank text embeds as one space)."""
     unique = list(dict.fromkeys(t or " " for t in texts))
     if not unique:
         return np.zeros((0, embedder.dim), np.float32)
     rows = {t: i for i, t in enumerate(unique)}
-    mat = embedder.embed(unique)
+    mat = np.stack(RECENT_TEXTS.embed(embedder, unique)) if cached else embedder.embed(unique)
     return np.asarray(mat[[rows[t or " "] for t in texts]], dtype=np.float32)
 
 
@@ -47,15 +83,22 @@ def vectors(
     view: str,
     embedder: Embedder,
     form: Callable[[str], str] = lambda t: t,
+    *,
+    cached: bool = False,
 ) -> np.ndarray:
-    """One unit vector per conversation so far (its user messages, oldest first) in ``view``."""
+    """One unit vector per conversation so far (its user messages, oldest first) in ``view``.
+
+    ``cached`` (the request path) keeps the latest texts' embeddings in :data:`RECENT_TEXTS`.
+    """
     if view in SINGLE_TEXT:
-        return _embed(embedder, [view_text(m, view, form) for m in conversations])
+        return _embed(embedder, [view_text(m, view, form) for m in conversations], cached)
     if view != JOINT:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join((*SINGLE_TEXT, JOINT))}")
     last = [view_text(m, LAST, form) for m in conversations]
     recent = [view_text(m, RECENT, form) for m in conversations]
-    blocks = [_embed(embedder, last), _embed(embedder, recent), _NGRAMS.embed(last), _NGRAMS.embed(recent)]
+    both = _embed(embedder, last + recent, cached)
+    n = len(last)
+    blocks = [both[:n], both[n:], _NGRAMS.embed(last), _NGRAMS.embed(recent)]
     joint = np.hstack(blocks).astype(np.float32)
     norms = np.linalg.norm(joint, axis=1, keepdims=True)
     norms[norms == 0] = 1.0

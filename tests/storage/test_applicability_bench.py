@@ -80,5 +80,6 @@ def test_absent_corpus_is_skipped_with_a_message(tmp_path: Path) -> None:
 
 def test_prepare_is_timed_through_the_runtime(tmp_path: Path) -> None:
     segs = tau_segments(corpus(tmp_path))
-    p50, p95, injected = time_prepare(segs, EMB, PromotionConfig(min_executions=3, applicability_min_negatives=3), n=8)
-    assert 0 < p50 <= p95 and 0 <= injected <= 8
+    ms = time_prepare(segs, EMB, PromotionConfig(min_executions=3, applicability_min_negatives=3), n=8)
+    assert 0 < ms["p50"] <= ms["p95"] and 0 < ms["next_p50"] <= ms["next_p95"]
+    assert ms["probes"] == 8 and 0 <= ms["injected"] <= 8

@@ -156,8 +156,8 @@ def test_database_outage_spools_and_replays(tmp_path: Path) -> None:
 
 def test_runtime_imports_neither_prefect_nor_great_expectations() -> None:
     code = (
-        "import sys, skillflow.runtime\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('prefect', 'great_expectations')]\n"
+        "import sys, skillflow.runtime, skillflow.injection.selection\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('prefect', 'great_expectations', 'scipy', 'torch')]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

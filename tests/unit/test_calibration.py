@@ -16,6 +16,7 @@ from skillflow.injection.calibration import (
     fit,
     folds_by_group,
 )
+from skillflow.injection.procedures import champion
 
 DIM = 16
 PRE_A = ("get_user", "get_reservation")
@@ -114,12 +115,12 @@ def test_among_procedures_the_calls_follow_equally_the_most_direct_wins() -> Non
         (*PRE_A, "get_reservation", "get_reservation", "cancel_reservation"),
         (1.0, 9),
     )
-    assert calibration.champion([short, long_], PRE_A) is short
-    assert calibration.champion([short, long_], (*PRE_A, "get_reservation", "get_reservation")) is long_
-    assert calibration.champion([short, long_], ()) is short  # nothing made yet: the most direct procedure
+    assert champion([short, long_], PRE_A) is short
+    assert champion([short, long_], (*PRE_A, "get_reservation", "get_reservation")) is long_
+    assert champion([short, long_], ()) is short  # nothing made yet: the most direct procedure
     better = LiveSkill("better", "c9", "cancel_reservation", long_.procedure, (1.0, 2))
     worse = LiveSkill("worse", "c8", "cancel_reservation", short.procedure, (0.8, 20))
-    assert calibration.champion([worse, better], PRE_A) is better  # success rate before length
+    assert champion([worse, better], PRE_A) is better  # success rate before length
 
 
 @pytest.mark.parametrize("overlap", [0.2, 0.4])

@@ -55,3 +55,26 @@ def test_each_distinct_text_is_embedded_once_and_blank_requests_stay_defined() -
 def test_an_unknown_view_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown view"):
         vectors([CONV], "everything", EMB)
+
+
+def test_a_turns_later_calls_reuse_its_embeddings_and_the_cache_stays_bounded() -> None:
+    from skillflow.injection.views import RECENT_TEXTS, _Recent
+
+    calls: list[list[str]] = []
+
+    class Counting(HashingEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            calls.append(list(texts))
+            return super().embed(texts)
+
+    emb = Counting(48)
+    RECENT_TEXTS.clear()
+    first = vectors([CONV], JOINT, emb, cached=True)
+    assert sorted(len(c) for c in calls) == [1, 1]  # last and recent, each alone (no padding to the longer one)
+    again = vectors([CONV], JOINT, emb, cached=True)
+    assert len(calls) == 2 and np.array_equal(first, again)
+    np.testing.assert_array_equal(first, vectors([CONV], JOINT, emb))  # the same vector as the uncached path
+    small = _Recent(size=2)
+    for text in ("a", "b", "c"):
+        small.embed(emb, [text])
+    assert len(small._rows) == 2 and ("hashing-ngrams-v1-48", "a") not in small._rows

@@ -30,11 +30,12 @@ from typing import Any
 import numpy as np
 
 from skillflow.capture.segments import READ_ONLY, segment_conversation
-from skillflow.injection.calibration import Budget, LiveSkill, champion, decide, fit, folds_by_group
+from skillflow.injection.calibration import Budget, LiveSkill, decide, fit, folds_by_group
 from skillflow.injection.conversation import LAST, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.history import HistoryRun
 from skillflow.injection.history import examples as history_examples
+from skillflow.injection.procedures import champion
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
@@ -273,18 +274,20 @@ def run_tau_bench(
     return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed)
 
 
-def time_prepare(
-    segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60
-) -> tuple[float, float, int]:
-    """p50/p95 ms of ``Skillflow.prepare`` as a whole (query embedding included) with a stored fitted rule.
+def time_prepare(segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60) -> dict[str, float]:
+    """Milliseconds of ``Skillflow.prepare`` as a whole (query embedding included) with a stored fitted rule.
 
-    A fresh SQLite tenant holds the gated classes of the whole corpus as ACTIVE skills and their rule; the
-    probes are the first ``n`` segments' moments before their write, with the conversation so far.
+    A fresh SQLite tenant holds the gated classes of the whole corpus as ACTIVE skills and their rule. Each of
+    the first ``n`` segments is a user turn: ``prepare`` is called at its start (no call made yet, the texts'
+    embeddings not cached: ``p50``/``p95``) and again just before its write, with the calls made since
+    (``next_p50``/``next_p95``, the same user messages: what an agent's later model calls of a turn cost).
+    ``injected`` counts the second calls that got a skill.
     """
     import tempfile
 
     from skillflow.injection.applicability import RULES, fingerprint, save_rule
     from skillflow.injection.conversation import Conversation, ToolCall
+    from skillflow.injection.views import RECENT_TEXTS
     from skillflow.kernel.models import InjectionRole, SkillStatus
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
@@ -315,13 +318,23 @@ def time_prepare(
         RULES.clear()
         sf = Skillflow(agent_id=agent, engine=engine, config=config, embedder=embedder, continual_learning=True)
         probes = segs[:n]
-        times, injected = [], 0
-        for p in [probes[0], *probes]:  # the first call loads the model and the rule: not timed
-            conv = Conversation(p.so_far[:-1], tuple(ToolCall(t) for t in p.procedure[:-1]))
+        first, later, injected = [], [], 0
+        for p in [probes[0], *probes]:  # the first turn loads the model and the rule: not timed
+            query = p.so_far[-1] if p.so_far else ""
+            RECENT_TEXTS.clear()
             t0 = time.perf_counter()
-            prepared = sf.prepare(p.so_far[-1] if p.so_far else "", user, conversation=conv)
-            times.append((time.perf_counter() - t0) * 1000)
+            sf.prepare(query, user, conversation=Conversation(p.so_far[:-1]))
+            t1 = time.perf_counter()
+            conv = Conversation(p.so_far[:-1], tuple(ToolCall(t) for t in p.procedure[:-1]))
+            prepared = sf.prepare(query, user, conversation=conv)
+            t2 = time.perf_counter()
+            first.append((t1 - t0) * 1000)
+            later.append((t2 - t1) * 1000)
             injected += bool(prepared.skill_ids)
         engine.dispose()
-    ms = sorted(times[1:])
-    return ms[len(ms) // 2], ms[int(0.95 * (len(ms) - 1))], injected
+    a, b = sorted(first[1:]), sorted(later[1:])
+    return {
+        "p50": a[len(a) // 2], "p95": a[int(0.95 * (len(a) - 1))],
+        "next_p50": b[len(b) // 2], "next_p95": b[int(0.95 * (len(b) - 1))],
+        "probes": float(len(a)), "injected": float(injected),
+    }  # fmt: skip
