@@ -469,18 +469,21 @@ def fit(
     )  # fmt: skip
 
 
-def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = ()) -> Decision:
-    """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``."""
+def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: bool = True) -> Decision:
+    """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``.
+
+    ``floors=False`` skips the floors and the margin (what the rule would inject with no abstention beyond
+    ``NONE`` winning): the benchmarks' hindsight row, never the product."""
     if not rule.injects:
         return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
     index, choosers, before = rule.parts()
     label, s1, s2, has = _score(index, q, prefix, choosers, before)
     if label == NONE:
         return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
-    floor = max(rule.floors.get(label, NEVER), rule.lower_bound)
+    floor = max(rule.floors.get(label, NEVER), rule.lower_bound) if floors else -np.inf
     if s1 < floor:
         return Decision(None, label, s1, s2, "below the intent's floor")
-    if s1 - s2 < rule.margin:
+    if floors and s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
     skill = choosers[label].choose(prefix) if has else None
     if skill is None:

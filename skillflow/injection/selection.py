@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from sqlalchemy import Connection, Engine, select
 
 from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
-from skillflow.injection.calibration import decide
+from skillflow.injection.calibration import Rule, decide
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
@@ -59,6 +60,26 @@ def procedures(conn: Connection, agent_id: str, user_id: str, hashes: Sequence[s
     return {h: class_procedure(conn, agent_id, user_id, h) for h in dict.fromkeys(hashes)}
 
 
+def _apply(
+    conn: Connection, rule: Rule, q: np.ndarray, prefix: Sequence[str], agent_id: str, user_id: str
+) -> Selection:
+    d = decide(rule, q, prefix)
+    chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
+    return Selection([chosen] if chosen else [], CURRENT, d.reason)
+
+
+def select_rule_skill(
+    engine: Engine, model_id: str, agent_id: str, user_id: str, q: np.ndarray, prefix: Sequence[str]
+) -> tuple[str, Selection | None]:
+    """The fitted rule's part of :func:`select_skills` for a vector already in the rule's view (the benchmarks
+    time retrieval without the embedding with it): the tenant's rule state, and its choice when current."""
+    with engine.connect() as conn:
+        tenant = RULES.current(conn, agent_id, user_id, model_id)
+        if tenant.state != CURRENT or tenant.rule is None or not tenant.rule.injects:
+            return tenant.state, None
+        return CURRENT, _apply(conn, tenant.rule, q, prefix, agent_id, user_id)
+
+
 def select_skills(
     engine: Engine,
     embedder: Embedder,
@@ -87,9 +108,8 @@ def select_skills(
                 return Selection([], CURRENT, rule.reason or "inject nothing")
             if not view_text(messages, LAST, form):
                 return Selection([], CURRENT, "empty request")
-            d = decide(rule, vectors([messages], rule.view, embedder, form, cached=True)[0], prefix)
-            chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
-            return Selection([chosen] if chosen else [], CURRENT, d.reason)
+            q = vectors([messages], rule.view, embedder, form, cached=True)[0]
+            return _apply(conn, rule, q, prefix, agent_id, user_id)
         text = view_text(messages, LAST, form)
         if not text:
             return Selection([], "uncalibrated", "empty request")

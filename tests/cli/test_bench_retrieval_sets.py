@@ -20,7 +20,7 @@ def test_bank_and_simulator_rows_next_to_the_fixed_rule_and_the_ceiling() -> Non
     sets = json.loads(out.output)["applicability_sets"]
     assert set(sets) == {"bank", "simulator"}
     for name, result in sets.items():
-        assert set(result["rows"]) == {"fitted", "fixed", "ceiling"} and result["folds"] == 5
+        assert set(result["rows"]) == {"fitted", "hindsight", "fixed", "ceiling"} and result["folds"] == 5
         for levels in result["rows"].values():
             assert set(levels) == {"intent", "class"}
             for r in levels.values():

@@ -63,7 +63,7 @@ def test_outer_folds_are_grouped_by_task_and_rates_add_up(tmp_path: Path) -> Non
         assert all(segs[i].task not in tasks for i in range(len(segs)) if i not in fold)
     config = PromotionConfig(min_executions=3, applicability_min_negatives=3)
     result = evaluate(segs, EMB, config, folds=3)
-    assert set(result.rows) == {"fitted", "fixed", "ceiling"} and len(result.fitted) == 3
+    assert set(result.rows) == {"fitted", "hindsight", "fixed", "ceiling"} and len(result.fitted) == 3
     for levels in result.rows.values():
         for r in levels.values():
             assert len(segs) == r.P + r.N
@@ -80,6 +80,31 @@ def test_absent_corpus_is_skipped_with_a_message(tmp_path: Path) -> None:
 
 def test_prepare_is_timed_through_the_runtime(tmp_path: Path) -> None:
     segs = tau_segments(corpus(tmp_path))
-    ms = time_prepare(segs, EMB, PromotionConfig(min_executions=3, applicability_min_negatives=3), n=8)
-    assert 0 < ms["p50"] <= ms["p95"] and 0 < ms["next_p50"] <= ms["next_p95"]
-    assert ms["probes"] == 8 and 0 <= ms["injected"] <= 8
+    ms = time_prepare(segs, EMB, PromotionConfig(min_executions=3, applicability_min_negatives=3), n=8, filler=500)
+    assert 0 < ms["p50"] <= ms["p95"] and 0 < ms["next_p50"] <= ms["next_p95"] and 0 < ms["rule_p50"] <= ms["rule_p95"]
+    assert ms["probes"] == 8 and 0 < ms["injected"] <= 8 and ms["skills"] > 500
+
+
+def test_the_hindsight_floor_is_the_best_single_floor_within_the_budgets() -> None:
+    from skillflow.injection.calibration import Budget, LiveSkill
+    from skillflow.lab.bench.applicability_bench import Seg, hindsight
+
+    def seg(intent: str) -> Seg:
+        return Seg("t", "c", intent, "k-" + intent, (intent,), ("q",), ("q",), True, "q")
+
+    cancel = LiveSkill("k-cancel", "k-cancel", "cancel", ("cancel",))
+    book = LiveSkill("k-book", "k-book", "book", ("book",))
+    scored = [  # (score, probe, skill the rule's score picks, positive at intent level, positive at class level)
+        (0.99, seg("cancel"), cancel, True, True),
+        (0.95, seg("cancel"), cancel, True, True),
+        (0.90, seg("read-only"), cancel, False, False),  # a false injection
+        (0.85, seg("book"), book, True, True),
+        (0.80, seg("book"), cancel, True, True),  # a wrong skill
+        (0.70, seg("cancel"), cancel, True, True),
+        (0.60, seg("read-only"), None, False, False),
+    ]
+    strict = hindsight(scored, Budget(wrong=0.0, false=0.0))
+    assert strict["intent"].hit == 2 / 5 and strict["intent"].wrong == 0 and strict["intent"].false == 0
+    loose = hindsight(scored, Budget(wrong=0.2, false=0.5))  # one wrong of 5 and one false of 2 allowed
+    assert loose["intent"].hit == 4 / 5 and loose["intent"].wrong == 1 / 5 and loose["intent"].false == 1 / 2
+    assert loose["class"].hit == 4 / 5

@@ -4,11 +4,14 @@ Every conversation is segmented into procedures (:func:`skillflow.capture.segmen
 Outer 5-fold cross-validation grouped by task (never split by episode): on the training folds, classes that
 pass the configured gates (executions, execution success, distinct queries; read-only classes excluded)
 become live skills, and :func:`skillflow.injection.calibration.fit` fits the rule exactly as a promotion
-cycle does (history form = each segment's own user messages, redacted). Every held-out segment is then
-probed once, just before its state-changing call (read-only segments: before their last call), with the
-conversation so far and the calls of the segment made before it. Rows:
+cycle does (the training segments as stored runs, through :func:`skillflow.injection.history.examples`).
+Every held-out segment is then probed once, just before its state-changing call (read-only segments: before
+their last call), with the conversation so far and the calls of the segment made before it. Rows:
 
 - ``fitted``: the product's rule (:func:`skillflow.injection.calibration.decide`);
+- ``hindsight``: the same fitted rules' scores with one floor chosen afterwards on the held-out probes
+  themselves (the most intent hits within the configured wrong and false budgets, pooled over the folds):
+  what the rule's score could do with a perfect floor, next to what its fitted floors do;
 - ``fixed``: before issue 11 — the latest user message, raw, against each skill's (redacted) trigger
   queries, top-1 when the max similarity ≥ ``threshold``;
 - ``ceiling``: always inject the nearest skill (no abstention), the best a reader can hope for.
@@ -196,6 +199,7 @@ def evaluate(
     trig = memo.embed([view_text(s.span, LAST, redact_query) or " " for s in segs])
     probe_last = memo.embed([view_text(s.so_far, LAST, redact_query) or " " for s in segs])
     tallies = {f"{row}/{lvl}": Tally() for row in ("fitted", "fixed", "ceiling") for lvl in ("intent", "class")}
+    scored: list[tuple[float, Seg, LiveSkill | None, bool, bool]] = []  # for the hindsight row
     fitted, times = [], []
     budget = Budget(
         config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
@@ -223,6 +227,9 @@ def evaluate(
             d = decide(rule, probe[j], pre)
             times.append((time.perf_counter() - t1) * 1000)
             got = by_class[d.skill_id] if d.skill_id else None
+            u = decide(rule, probe[j], pre, floors=False)
+            scored.append((u.score, s, by_class[u.skill_id] if u.skill_id else None, s.intent in intents,
+                           s.klass in by_class))  # fmt: skip
             for row, skill in (
                 ("fitted", got),
                 *_baselines(tv, owner, by_class, raw_last[i], probe_last[i], pre, threshold),
@@ -233,9 +240,34 @@ def evaluate(
     for key, t in tallies.items():
         row, lvl = key.split("/")
         rows_out.setdefault(row, {})[lvl] = t.rates()
+    rows_out["hindsight"] = hindsight(scored, budget)
     ms = sorted(times) or [0.0]
     return AppResult(corpus, len(segs), len(plan), threshold, rows_out, fitted,
                      ms[len(ms) // 2], ms[int(0.95 * (len(ms) - 1))], time.perf_counter() - t0)  # fmt: skip
+
+
+def hindsight(scored: Sequence[tuple[float, Seg, LiveSkill | None, bool, bool]], budget: Budget) -> dict[str, Rates]:
+    """Intent and class rates at the single floor, chosen on these very probes, with the most intent hits whose
+    intent wrong and false rates stay within ``budget`` (see the module docstring)."""
+    order = sorted(scored, key=lambda x: -x[0] if x[2] is not None else np.inf)
+    p = sum(1 for x in scored if x[3])
+    n = len(scored) - p
+    best, best_hits, hits, wrong, false = 0, 0, 0, 0, 0
+    for k, (_, s, skill, positive, _) in enumerate(order):
+        if skill is None:
+            break
+        if positive:
+            hits, wrong = (hits + 1, wrong) if skill.intent == s.intent else (hits, wrong + 1)
+        else:
+            false += 1
+        if wrong <= budget.wrong * p and false <= budget.false * n and hits > best_hits:
+            best, best_hits = k + 1, hits
+    out = {"intent": Tally(), "class": Tally()}
+    for k, (_, s, skill, positive, class_positive) in enumerate(order):
+        chosen = skill if k < best else None
+        out["intent"].add(positive, chosen.intent if chosen else None, s.intent)
+        out["class"].add(class_positive, chosen.skill_id if chosen else None, s.klass)
+    return {lvl: t.rates() for lvl, t in out.items()}
 
 
 def _baselines(
@@ -274,25 +306,35 @@ def run_tau_bench(
     return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed)
 
 
-def time_prepare(segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60) -> dict[str, float]:
+def time_prepare(
+    segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60, filler: int = 0
+) -> dict[str, float]:
     """Milliseconds of ``Skillflow.prepare`` as a whole (query embedding included) with a stored fitted rule.
 
-    A fresh SQLite tenant holds the gated classes of the whole corpus as ACTIVE skills and their rule. Each of
-    the first ``n`` segments is a user turn: ``prepare`` is called at its start (no call made yet, the texts'
-    embeddings not cached: ``p50``/``p95``) and again just before its write, with the calls made since
-    (``next_p50``/``next_p95``, the same user messages: what an agent's later model calls of a turn cost).
-    ``injected`` counts the second calls that got a skill.
+    A fresh SQLite tenant holds the gated classes of the whole corpus as ACTIVE skills, plus ``filler`` more
+    ACTIVE skills of the same intents (synthetic procedures of the corpus's read tools: thousands of procedures
+    per intent for the chooser), and their rule. Each of the first ``n`` segments is a user turn: ``prepare``
+    is called at its start (no call made yet, the texts' embeddings not cached: ``p50``/``p95``) and again
+    just before its write, with the calls made since (``next_p50``/``next_p95``: the same user messages, so no
+    embedding — what an agent's later model calls of a turn cost). ``rule_p50``/``rule_p95`` time the fitted
+    rule's retrieval alone on the request's vector: the tenant's rule state, :func:`decide` and the chosen
+    skill's row. ``injected`` counts the second calls that got a skill.
     """
+    import random
     import tempfile
 
-    from skillflow.injection.applicability import RULES, fingerprint, save_rule
+    from sqlalchemy import insert
+
+    from skillflow.injection.applicability import CURRENT, RULES, fingerprint, save_rule
     from skillflow.injection.conversation import Conversation, ToolCall
+    from skillflow.injection.selection import select_rule_skill
     from skillflow.injection.views import RECENT_TEXTS
-    from skillflow.kernel.models import InjectionRole, SkillStatus
+    from skillflow.kernel.models import InjectionRole, SkillStatus, new_id, utcnow
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
     from skillflow.storage.migrations import migrate
-    from skillflow.storage.skills import insert_skill, transition
+    from skillflow.storage.schema import skillbox
+    from skillflow.storage.skills import insert_skill, live_keys, transition
 
     agent, user = "bench-agent", "bench-user"
     with tempfile.TemporaryDirectory() as tmp:
@@ -308,6 +350,23 @@ def time_prepare(segs: Sequence[Seg], embedder: Embedder, config: PromotionConfi
                 transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
                 ids[s.skill_id] = rec.id
         skills = [LiveSkill(ids[s.skill_id], s.canonical_hash, s.intent, s.procedure, s.rank) for s in gated]
+        rng = random.Random(0)
+        reads = sorted({t for s in segs for t in s.procedure[:-1]}) or ["read"]
+        now, rows = utcnow(), []
+        for k in range(filler if gated else 0):
+            sid, chash, intent = new_id(), f"filler-{k:06d}", gated[k % len(gated)].intent
+            proc = (*(rng.choice(reads) for _ in range(rng.randint(0, 6))), intent)
+            skills.append(LiveSkill(sid, chash, intent, proc, (rng.random(), float(rng.randint(5, 50)))))
+            rows.append(
+                {"id": sid, "agent_id": agent, "user_id": user, "canonical_hash": chash, "version": 1,
+                 "name": f"filler-{k}", "description": intent, "status": SkillStatus.ACTIVE.value,
+                 **live_keys(agent, user, chash, f"filler-{k}", True), "content": "filler", "prompt_version": "bench",
+                 "distiller": "bench", "embedding_model": embedder.model_id, "injection_role": "user",
+                 "created_at": now, "updated_at": now, "activated_at": now}
+            )  # fmt: skip
+        if rows:
+            with engine.begin() as conn:
+                conn.execute(insert(skillbox), rows)
         examples = history_examples(history_runs(segs), embedder, VIEWS, redact_query)
         budget = Budget(
             config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
@@ -318,23 +377,30 @@ def time_prepare(segs: Sequence[Seg], embedder: Embedder, config: PromotionConfi
         RULES.clear()
         sf = Skillflow(agent_id=agent, engine=engine, config=config, embedder=embedder, continual_learning=True)
         probes = segs[:n]
-        first, later, injected = [], [], 0
+        first, later, alone, injected = [], [], [], 0
         for p in [probes[0], *probes]:  # the first turn loads the model and the rule: not timed
             query = p.so_far[-1] if p.so_far else ""
             RECENT_TEXTS.clear()
             t0 = time.perf_counter()
             sf.prepare(query, user, conversation=Conversation(p.so_far[:-1]))
             t1 = time.perf_counter()
-            conv = Conversation(p.so_far[:-1], tuple(ToolCall(t) for t in p.procedure[:-1]))
-            prepared = sf.prepare(query, user, conversation=conv)
+            calls = tuple(ToolCall(t) for t in p.procedure[:-1])
+            prepared = sf.prepare(query, user, conversation=Conversation(p.so_far[:-1], calls))
             t2 = time.perf_counter()
+            q = vectors([p.so_far], rule.view or LAST, embedder, redact_query, cached=True)[0]
+            t3 = time.perf_counter()
+            state, _ = select_rule_skill(engine, embedder.model_id, agent, user, q, p.procedure[:-1])
+            t4 = time.perf_counter()
+            assert state == CURRENT
             first.append((t1 - t0) * 1000)
             later.append((t2 - t1) * 1000)
+            alone.append((t4 - t3) * 1000)
             injected += bool(prepared.skill_ids)
         engine.dispose()
-    a, b = sorted(first[1:]), sorted(later[1:])
+    a, b, c = sorted(first[1:]), sorted(later[1:]), sorted(alone[1:])
     return {
         "p50": a[len(a) // 2], "p95": a[int(0.95 * (len(a) - 1))],
         "next_p50": b[len(b) // 2], "next_p95": b[int(0.95 * (len(b) - 1))],
-        "probes": float(len(a)), "injected": float(injected),
+        "rule_p50": c[len(c) // 2], "rule_p95": c[int(0.95 * (len(c) - 1))],
+        "probes": float(len(a)), "injected": float(injected), "skills": float(len(skills)),
     }  # fmt: skip
