@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, delete, func, insert, select
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
 from skillflow.injection.calibration import NEVER, READ_ONLY, LiveSkill, Rule
 from skillflow.kernel.models import SkillStatus, utcnow
@@ -206,6 +206,21 @@ class TenantRule:
     rule: Rule | None = None
 
 
+# The rule state's version in one statement, built once (the request path runs it on every call): the
+# tenant's newest skill change (one seek on the ``(agent_id, user_id, updated_at)`` index) and its rule's fit.
+_STAMPS = select(
+    select(func.max(skillbox.c.updated_at))
+    .where(skillbox.c.agent_id == bindparam("agent_id"), skillbox.c.user_id == bindparam("user_id"))
+    .scalar_subquery(),
+    select(applicability_rules.c.fitted_at)
+    .where(
+        applicability_rules.c.agent_id == bindparam("agent_id"),
+        applicability_rules.c.user_id == bindparam("user_id"),
+    )
+    .scalar_subquery(),
+)
+
+
 class _Cache:
     """Per (engine, tenant, model) rule state, versioned by the skills' newest ``updated_at`` and the rule's."""
 
@@ -216,18 +231,8 @@ class _Cache:
         self._lock = threading.Lock()
 
     def current(self, conn: Connection, agent_id: str, user_id: str, model_id: str) -> TenantRule:
-        stamp = (
-            conn.execute(
-                select(func.max(skillbox.c.updated_at)).where(
-                    skillbox.c.agent_id == agent_id, skillbox.c.user_id == user_id
-                )
-            ).scalar(),
-            conn.execute(
-                select(applicability_rules.c.fitted_at).where(
-                    applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id
-                )
-            ).scalar(),
-        )
+        row = conn.execute(_STAMPS, {"agent_id": agent_id, "user_id": user_id}).one()
+        stamp = (row[0], row[1])
         key = (agent_id, user_id, model_id)
         with self._lock:
             hit = self._data.get(conn.engine, {}).get(key)

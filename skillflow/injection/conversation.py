@@ -76,15 +76,18 @@ def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = l
     A message is read line by line, as a stored run's query is (its user messages joined by newlines), and
     ``form`` (redaction) is applied per line: stored history and live requests give the same text.
     """
-    msgs = [" ".join(form(line).split()) for m in messages if m for line in m.split("\n") if line.strip()]
-    msgs = [m for m in msgs if m]
-    if not msgs:
-        return ""
-    if view == LAST:
-        return msgs[-1]
-    if view == RECENT:
-        return " | ".join(reversed(msgs[-RECENT_MESSAGES:]))
-    raise ValueError(f"unknown view {view!r}; expected {LAST} or {RECENT}")
+    if view not in (LAST, RECENT):
+        raise ValueError(f"unknown view {view!r}; expected {LAST} or {RECENT}")
+    need = 1 if view == LAST else RECENT_MESSAGES
+    lines = [line for m in messages if m for line in m.split("\n") if line.strip()]
+    newest: list[str] = []  # only the lines the view reads are redacted, newest first
+    for line in reversed(lines):
+        text = " ".join(form(line).split())
+        if text:
+            newest.append(text)
+            if len(newest) == need:
+                break
+    return " | ".join(newest)
 
 
 def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, int]) -> None:

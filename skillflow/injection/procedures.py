@@ -30,6 +30,7 @@ class Procedural(Protocol):
 
 
 S = TypeVar("S", bound=Procedural)
+WORD = 64  # procedures up to this many calls take the bit-parallel path
 
 
 @lru_cache(maxsize=1 << 14)
@@ -74,18 +75,41 @@ class Chooser:
         for r, chosen in enumerate(self.skills):
             self.codes[r, : len(chosen.procedure)] = [vocab[t] for t in chosen.procedure]
         self.vocab = vocab
+        # Bit-parallel LCS (Hyyro 2004): for procedures of at most 64 calls, one uint64 per procedure holds
+        # the DP row; masks[t] has bit j set where the procedure's j-th call is tool t.
+        self.masks: np.ndarray | None = None
+        if width <= WORD:
+            self.masks = np.zeros((len(vocab), len(self.skills)), dtype=np.uint64)
+            for j in range(width):
+                hit = self.codes[:, j] >= 0
+                self.masks[self.codes[hit, j], np.flatnonzero(hit)] |= np.uint64(1 << j)
 
-    def choose(self, prefix: Sequence[str]) -> Procedural | None:
-        if not self.skills:
-            return None
+    def _followed(self, prefix: Sequence[str]) -> np.ndarray:
+        """Per procedure, how many of ``prefix`` it makes in the same order (:func:`follows`, vectorised)."""
         n, width = self.codes.shape
+        if self.masks is not None:
+            v = np.full(n, np.iinfo(np.uint64).max, dtype=np.uint64)
+            for tool in prefix:
+                x = self.vocab.get(tool)
+                if x is None:  # a tool no procedure makes matches nothing
+                    continue
+                u = v & self.masks[x]
+                v = (v + u) | (v - u)  # wraps modulo 2**64, as the algorithm needs
+            return WORD - np.bitwise_count(v).astype(np.int64)
         row = np.zeros((n, width + 1), dtype=np.int64)
         for tool in prefix:
-            x = self.vocab.get(tool, -1)  # a tool no procedure makes matches nothing
+            x = self.vocab.get(tool, -1)
             diag = np.zeros(n, dtype=np.int64)
             for j in range(width):
                 up = row[:, j + 1].copy()
                 row[:, j + 1] = np.where(self.codes[:, j] == x, diag + 1, np.maximum(up, row[:, j]))
                 diag = up
-        score = row[:, width] * n + np.arange(n)  # most calls followed, then the static order
+        out: np.ndarray = row[:, width]
+        return out
+
+    def choose(self, prefix: Sequence[str]) -> Procedural | None:
+        if not self.skills:
+            return None
+        n = len(self.skills)
+        score = self._followed(prefix) * n + np.arange(n)  # most calls followed, then the static order
         return self.skills[int(np.argmax(score))]

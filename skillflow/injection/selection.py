@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, bindparam, select
 
 from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
 from skillflow.injection.calibration import Rule, decide
@@ -37,22 +37,18 @@ class Selection:
     reason: str
 
 
+_SKILL = select(skillbox).where(
+    skillbox.c.id == bindparam("skill_id"),
+    skillbox.c.agent_id == bindparam("agent_id"),
+    skillbox.c.user_id == bindparam("user_id"),
+    skillbox.c.status == SkillStatus.ACTIVE.value,
+)  # built once: it runs on every request that gets a skill
+
+
 def _skill(conn: Connection, skill_id: str, agent_id: str, user_id: str, score: float) -> ScoredSkill | None:
-    row = (
-        conn.execute(
-            select(skillbox).where(
-                skillbox.c.id == skill_id,
-                skillbox.c.agent_id == agent_id,
-                skillbox.c.user_id == user_id,
-                skillbox.c.status == SkillStatus.ACTIVE.value,
-            )
-        )
-        .mappings()
-        .first()
-    )
-    if row is None:
-        return None
-    return ScoredSkill.from_row(row, score)
+    params = {"skill_id": skill_id, "agent_id": agent_id, "user_id": user_id}
+    row = conn.execute(_SKILL, params).mappings().first()
+    return None if row is None else ScoredSkill.from_row(row, score)
 
 
 def procedures(conn: Connection, agent_id: str, user_id: str, hashes: Sequence[str]) -> dict[str, tuple[str, ...]]:

@@ -94,8 +94,15 @@ def vectors(
         return _embed(embedder, [view_text(m, view, form) for m in conversations], cached)
     if view != JOINT:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join((*SINGLE_TEXT, JOINT))}")
-    last = [view_text(m, LAST, form) for m in conversations]
-    recent = [view_text(m, RECENT, form) for m in conversations]
+    memo: dict[str, str] = {}  # both texts end with the latest message: redact each line once
+
+    def once(line: str) -> str:
+        if line not in memo:
+            memo[line] = form(line)
+        return memo[line]
+
+    last = [view_text(m, LAST, once) for m in conversations]
+    recent = [view_text(m, RECENT, once) for m in conversations]
     both = _embed(embedder, last + recent, cached)
     n = len(last)
     blocks = [both[:n], both[n:], _NGRAMS.embed(last), _NGRAMS.embed(recent)]

@@ -35,3 +35,20 @@ def test_follows_is_the_longest_common_subsequence() -> None:
     assert follows(("b", "a"), ("a", "b")) == 1  # order matters
     assert follows(("a", "a", "a"), ("a", "b", "a")) == 2  # repeats count as often as the procedure makes them
     assert Chooser([]).choose(("a",)) is None and champion([], ()) is None
+
+
+LONG_TOOLS = [f"t{i}" for i in range(9)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(LONG_TOOLS), min_size=0, max_size=80), min_size=1, max_size=8),
+    st.lists(st.sampled_from([*LONG_TOOLS, "unknown_tool"]), max_size=30),
+)
+def test_the_chooser_counts_the_followed_calls_of_long_procedures(procs: list[list[str]], prefix: list[str]) -> None:
+    """Both paths (bit-parallel up to 64 calls, the row-by-row DP beyond) give the written LCS per procedure."""
+    skills = [LiveSkill(f"s{i}", "h", "w", (*p, "w"), ()) for i, p in enumerate(procs)]
+    chooser = Chooser(skills)
+    got = dict(zip((s.procedure for s in chooser.skills), chooser._followed(prefix).tolist(), strict=True))
+    assert got == {s.procedure: follows(tuple(prefix), s.procedure) for s in chooser.skills}
+    assert (chooser.masks is None) == (max(len(s.procedure) for s in skills) > 64)
