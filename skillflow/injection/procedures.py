@@ -7,8 +7,8 @@ reordered reads never rule a procedure out: whether the calls contradict the int
 before, from the tenant's history (docs/guide/runtime.md, "Which skill, or none").
 
 :func:`champion` is the rule as written; :class:`Chooser` computes the same choice for a request with one
-vectorised pass over an intent's distinct procedures, so an intent with thousands of live skills still
-decides in well under a millisecond.
+vectorised pass over an intent's distinct procedures (a bit-parallel LCS, one machine word per procedure of
+up to 64 calls), so an intent with thousands of live skills still decides in a tenth of a millisecond.
 """
 
 from __future__ import annotations
