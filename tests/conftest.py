@@ -88,6 +88,21 @@ def corpora_dir() -> Path:
     return CORPORA
 
 
+@pytest.fixture
+def api_bank_half(corpora_dir: Path, tmp_path: Path) -> Path:
+    """Every second API-Bank level-1 scenario (all of its dialogs), copied into a temporary folder: the same
+    format and grouping as the whole corpus at about half the fitting time, for tests of the bench's plumbing."""
+    root = corpora_dir / "api-bank" / "level-1-given-desc"
+    files = sorted(root.glob("*.jsonl"))
+    keep = sorted({f.stem.rsplit("-", 1)[0] for f in files})[::2]
+    out = tmp_path / "api-bank-half"
+    out.mkdir()
+    for f in files:
+        if f.stem.rsplit("-", 1)[0] in keep:
+            (out / f.name).write_bytes(f.read_bytes())
+    return out
+
+
 @pytest.fixture(scope="session")
 def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """One session-scoped ephemeral Prefect server for the tests that run real flows."""

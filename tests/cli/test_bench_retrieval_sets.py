@@ -34,9 +34,8 @@ def test_bank_and_simulator_rows_next_to_the_fixed_rule_and_the_ceiling() -> Non
     assert json.loads(skipped.output)["applicability_sets"] == {}
 
 
-def test_several_cv_seeds_report_each_split_and_their_mean(corpora_dir: Path) -> None:
-    root = corpora_dir / "api-bank" / "level-1-given-desc"
-    args = [*SMALL[:-6], "--tau-bench", "", "--api-bank", str(root), "--prepare-probes", "0"]
+def test_several_cv_seeds_report_each_split_and_their_mean(api_bank_half: Path) -> None:
+    args = [*SMALL[:-6], "--tau-bench", "", "--api-bank", str(api_bank_half), "--prepare-probes", "0"]
     out = CliRunner().invoke(app, [*args, "--no-applicability-sets", "--cv-seeds", "0,3"])
     assert out.exit_code == 0, out.output
     rows = [" ".join(line.split()) for line in out.output.splitlines() if "api-bank" in line and "│" in line]

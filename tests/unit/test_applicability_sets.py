@@ -79,7 +79,9 @@ def test_a_conversation_confirms_before_its_first_write_and_segments_on_it() -> 
     assert segments[0].query.split("\n") == users and segments[0].intent != READ_ONLY
 
 
-def test_api_bank_dialogs_segment_into_conversations_and_folds_group_by_scenario(corpora_dir: Path) -> None:
+def test_api_bank_dialogs_segment_into_conversations_and_folds_group_by_scenario(
+    corpora_dir: Path, api_bank_half: Path
+) -> None:
     segs = api_bank_segments(corpora_dir / "api-bank" / "level-1-given-desc")
     dialogs, scenarios = {s.conversation for s in segs}, {s.task for s in segs}
     assert len(dialogs) > 150 and len(scenarios) < len(dialogs)
@@ -89,12 +91,13 @@ def test_api_bank_dialogs_segment_into_conversations_and_folds_group_by_scenario
     for fold in folds_by_group([s.task for s in segs], 5, 0):
         inside = {segs[i].task for i in fold}
         assert all(segs[i].task not in inside for i in range(len(segs)) if i not in fold)
-    root = corpora_dir / "api-bank" / "level-1-given-desc"
-    result = run_api_bank(HashingEmbedder(), PromotionConfig(), 0.7, lambda _: None, root)
+    half = api_bank_segments(api_bank_half)
+    assert 0 < len(half) < len(segs)
+    result = run_api_bank(HashingEmbedder(), PromotionConfig(), 0.7, lambda _: None, api_bank_half)
     assert result is not None and result.folds == 5
     for levels in result.rows.values():
         for r in levels.values():
-            assert len(segs) == r.P + r.N and abs(r.hit + r.wrong + r.miss - 1) < 1e-9
+            assert len(half) == r.P + r.N and abs(r.hit + r.wrong + r.miss - 1) < 1e-9
 
 
 def test_an_absent_api_bank_is_skipped_with_a_message(tmp_path: Path) -> None:
