@@ -25,14 +25,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from skillflow.capture.segments import READ_ONLY, segment_conversation
+from skillflow.capture.segments import READ_ONLY, Segment, segment_conversation
 from skillflow.injection.calibration import Budget, LiveSkill, decide, fit, folds_by_group
 from skillflow.injection.conversation import LAST, view_text
 from skillflow.injection.embeddings import Embedder
@@ -62,33 +62,43 @@ class Seg:
     index: int = 0  # the segment's position in its conversation
 
 
-def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
-    """The corpus's conversations as segments (one list, conversation order kept)."""
-    runs = json.loads(path.read_text(encoding="utf-8"))
+def spans(messages: Any) -> Iterator[tuple[Segment, tuple[str, ...], tuple[str, ...]]]:
+    """Each segment of a recorded conversation with its own user messages and the conversation's so far."""
+    seen: list[str] = []
+    for seg in segment_conversation(messages):
+        span = tuple(m for m in seg.query.split("\n") if m.strip())
+        seen.extend(span)
+        yield seg, span, tuple(seen)
+
+
+def conversation_segs(task: str, conversation: str, messages: Any, noop: Sequence[str] = ("think",)) -> list[Seg]:
+    """A recorded conversation as segments (its intent as segmented, success from the calls' results)."""
     out: list[Seg] = []
-    for run in runs:
-        conv = f"{run['task_id']}-{run.get('trial', 0)}"
-        seen: list[str] = []
-        for seg in segment_conversation(run["traj"]):
-            span = tuple(m for m in seg.query.split("\n") if m.strip())
-            seen.extend(span)
-            units = canonical.signature(seg.steps, noop)
-            if not units:
-                continue
+    for seg, span, so_far in spans(messages):
+        units = canonical.signature(seg.steps, noop)
+        if units:
             out.append(
                 Seg(
-                    task=str(run["task_id"]),
-                    conversation=conv,
+                    task=task,
+                    conversation=conversation,
                     intent=seg.intent,
                     klass=canonical.canonical_hash(units) or "",
                     procedure=tuple(u.tool for u in units),
                     span=span,
-                    so_far=tuple(seen),
+                    so_far=so_far,
                     ok=canonical.execution_succeeded(units, None),
                     query_key=canonical.normalize_query(seg.query),
                     index=seg.index,
                 )
             )
+    return out
+
+
+def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
+    """The corpus's conversations as segments (one list, conversation order kept)."""
+    out: list[Seg] = []
+    for run in json.loads(path.read_text(encoding="utf-8")):
+        out += conversation_segs(str(run["task_id"]), f"{run['task_id']}-{run.get('trial', 0)}", run["traj"], noop)
     return out
 
 

@@ -29,14 +29,22 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from skillflow.capture.segments import READ_ONLY, segment_conversation
+from skillflow.capture.segments import READ_ONLY
 from skillflow.injection.calibration import LiveSkill
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import Step
 from skillflow.kernel.state import changes_state
-from skillflow.lab.bench.applicability_bench import AppResult, Seg, Split, evaluate, task_folds
+from skillflow.lab.bench.applicability_bench import (
+    AppResult,
+    Seg,
+    Split,
+    conversation_segs,
+    evaluate,
+    spans,
+    task_folds,
+)
 from skillflow.lab.bench.paraphrase_bank import BANK
 from skillflow.lab.ingest.api_bank import chat_messages
 from skillflow.lab.simulator import conversation_messages, execute, new_task, procedures_for
@@ -150,11 +158,8 @@ def simulator_segments(
         messages = conversation_messages(
             task.request, execution.steps, execution.answer, rng.choice(GREETINGS), rng.choice(CONFIRMATIONS)
         )
-        seen: list[str] = []
-        for s in segment_conversation(messages):
-            span = tuple(m for m in s.query.split("\n") if m.strip())
-            seen.extend(span)
-            seg = _unit_seg(family, f"conv-{index}", s.steps, span, tuple(seen), s.index)
+        for s, span, so_far in spans(messages):
+            seg = _unit_seg(family, f"conv-{index}", s.steps, span, so_far, s.index)
             out += [seg] if seg else []
     return out
 
@@ -186,17 +191,7 @@ def api_bank_segments(root: Path = API_BANK) -> list[Seg]:
     out: list[Seg] = []
     for file in sorted(root.glob("*.jsonl")):
         records = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        scenario = re.sub(r"-\d+$", "", file.stem)
-        seen: list[str] = []
-        for s in segment_conversation(chat_messages(records)):
-            span = tuple(m for m in s.query.split("\n") if m.strip())
-            seen.extend(span)
-            units = canonical.signature(s.steps, ("think",))
-            if units:
-                out.append(Seg(scenario, file.stem, s.intent, canonical.canonical_hash(units) or "",
-                               tuple(u.tool for u in units), span, tuple(seen),
-                               canonical.execution_succeeded(units, None), canonical.normalize_query(s.query),
-                               s.index))  # fmt: skip
+        out += conversation_segs(re.sub(r"-\d+$", "", file.stem), file.stem, chat_messages(records))
     return out
 
 
