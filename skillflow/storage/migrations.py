@@ -1,4 +1,10 @@
-"""Numbered, recorded, idempotent migrations (``skillflow migrate``); the Oracle twins live in sql/oracle."""
+"""Numbered, recorded, idempotent migrations (``skillflow migrate``); the Oracle twins live in sql/oracle.
+
+The schema is written once, in ``storage.schema.build_metadata(level)``: a migration creates the level's new
+tables, columns, check constraints and indexes from its Table, Column and constraint objects, compiled for the
+database (``CreateTable``/``CreateIndex``, ``ALTER TABLE … ADD`` from the column's compiled specification),
+never from hand-written DDL. A test keeps sql/oracle in step with the same metadata.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +12,15 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import Connection, Engine, Index, insert, inspect, select, text
-from sqlalchemy.schema import CreateIndex, DropIndex
+from sqlalchemy import CheckConstraint, Column, Connection, Engine, Index, Table, insert, inspect, select, text
+from sqlalchemy.dialects import registry
+from sqlalchemy.engine import Dialect
+from sqlalchemy.schema import AddConstraint, CreateIndex, CreateTable, DropIndex
 
 from skillflow.kernel.models import utcnow
-from skillflow.storage.schema import ROLES, build_metadata, schema_migrations
+from skillflow.storage.schema import build_metadata, schema_migrations
 
 log = logging.getLogger("skillflow.storage.migrations")
 
@@ -46,61 +55,64 @@ def _m001(conn: Connection) -> None:
     build_metadata(1).create_all(conn, checkfirst=True)
 
 
-def _add_column(
-    conn: Connection, table: str, column: str, sqlite: str, postgresql: list[str], oracle: list[str]
-) -> None:
-    """Add ``column`` if missing; on PostgreSQL and Oracle also its check constraint if missing (a column added
-    by hand without it gets it), as ``[add column, add named check constraint]``."""
-    dialect = conn.dialect.name
-    if dialect == "sqlite":
+def _dialect(conn: Connection) -> Dialect:
+    """A dialect to compile DDL for ``conn``'s database (by name, so a recording connection compiles too)."""
+    return cast("type[Dialect]", registry.load(conn.dialect.name))()
+
+
+def _column_checks(table: Table, column: str, dialect: str) -> list[CheckConstraint]:
+    """The metadata's named check constraints on ``column`` that ``dialect`` creates (``ck_<table>_<column>``,
+    and the JSON checks ``…_json`` on SQLite, ``…_is_json`` on Oracle)."""
+    names = {f"ck_{table.name}_{column}{suffix}" for suffix in ("", "_json", "_is_json")}
+    out = []
+    for ck in table.constraints:
+        ddl_if = getattr(ck, "_ddl_if", None)
+        if isinstance(ck, CheckConstraint) and ck.name in names and (ddl_if is None or ddl_if.dialect == dialect):
+            out.append(ck)
+    return sorted(out, key=lambda ck: str(ck.name))
+
+
+def _add_column(conn: Connection, level: int, table: str, column: str, default_later: bool = False) -> None:
+    """Add the level-``level`` metadata's ``column`` if missing, its DDL compiled for the database, and on
+    PostgreSQL and Oracle its named check constraints if missing (a column added by hand without them gets them;
+    SQLite cannot add a constraint later, so there they are part of the ``ADD COLUMN``).
+
+    ``default_later``: on PostgreSQL and Oracle the column is added without its server default, then the default
+    is set, so the rows already stored keep NULL instead of being rewritten.
+    """
+    dialect = _dialect(conn)
+    tbl = build_metadata(level).tables[table]
+    compiler = dialect.ddl_compiler(dialect, CreateTable(tbl))
+    col = tbl.c[column]
+    checks = _column_checks(tbl, column, dialect.name)
+    name = compiler.preparer.format_table(tbl)
+    if dialect.name == "sqlite":
         if not _has_column(conn, table, column):
-            conn.execute(text(sqlite))
+            inline = "".join(" " + compiler.process(ck) for ck in checks)
+            conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {compiler.get_column_specification(col)}{inline}"))
         return
-    stmts = oracle if dialect == "oracle" else postgresql
+    spec = col if not default_later else Column(col.name, col.type, nullable=col.nullable)
     if not _has_column(conn, table, column):
-        conn.execute(text(stmts[0]))
-    for stmt in stmts[1:]:
-        check_name = stmt.split("ADD CONSTRAINT ", 1)[1].split()[0]
-        if not _has_check(conn, table, check_name):
-            conn.execute(text(stmt))
-
-
-_ROLE_CHECK = "CHECK (injection_role IN (" + ", ".join(f"'{r}'" for r in ROLES) + "))"
+        spec_sql = compiler.get_column_specification(spec)
+        add = f"ADD ({spec_sql})" if dialect.name == "oracle" else f"ADD COLUMN {spec_sql}"
+        conn.execute(text(f"ALTER TABLE {name} {add}"))
+    for ck in checks:
+        if not _has_check(conn, table, str(ck.name)):
+            conn.execute(text(str(AddConstraint(ck).compile(dialect=dialect))))
+    if default_later:
+        default, quoted = compiler.get_column_default_string(col), compiler.preparer.format_column(col)
+        if dialect.name == "oracle":
+            conn.execute(text(f"ALTER TABLE {name} MODIFY ({quoted} DEFAULT {default})"))
+        else:
+            conn.execute(text(f"ALTER TABLE {name} ALTER COLUMN {quoted} SET DEFAULT {default}"))
 
 
 def _m002(conn: Connection) -> None:
-    _add_column(
-        conn,
-        "skillbox",
-        "injection_role",
-        sqlite="ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL "
-        f"CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
-        postgresql=[
-            "ALTER TABLE skillbox ADD COLUMN injection_role VARCHAR(20) DEFAULT 'user' NOT NULL",
-            f"ALTER TABLE skillbox ADD CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
-        ],
-        oracle=[
-            "ALTER TABLE skillbox ADD (injection_role VARCHAR2(20 CHAR) DEFAULT 'user' NOT NULL)",
-            f"ALTER TABLE skillbox ADD CONSTRAINT ck_skillbox_injection_role {_ROLE_CHECK}",
-        ],
-    )
+    _add_column(conn, 2, "skillbox", "injection_role")
 
 
 def _m003(conn: Connection) -> None:
-    _add_column(
-        conn,
-        "workflow_memory",
-        "shadow_evaluations",
-        sqlite="ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT CONSTRAINT "
-        "ck_workflow_memory_shadow_evaluations_json "
-        "CHECK (shadow_evaluations IS NULL OR json_valid(shadow_evaluations))",
-        postgresql=["ALTER TABLE workflow_memory ADD COLUMN shadow_evaluations TEXT"],
-        oracle=[
-            "ALTER TABLE workflow_memory ADD (shadow_evaluations CLOB)",
-            "ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_shadow_evaluations_is_json "
-            "CHECK (shadow_evaluations IS JSON)",
-        ],
-    )
+    _add_column(conn, 3, "workflow_memory", "shadow_evaluations")
 
 
 # (table, index) pairs migration 004 creates, and the index it drops because the first one supersedes it.
@@ -138,34 +150,9 @@ M008_INDEX = ("workflow_memory", "ix_workflow_memory_conversation")
 def _m008(conn: Connection) -> None:
     """Conversations: ``workflow_memory.conversation_id``/``segment_index`` with their tenant index, and the
     declared ``agent_tools.changes_state`` flag (docs/guide/runtime.md). Every step checks first."""
-    for column, sql_type, oracle_type in (
-        ("conversation_id", "VARCHAR(255)", "VARCHAR2(255 CHAR)"),
-        ("segment_index", "INTEGER", "INTEGER"),
-    ):
-        _add_column(
-            conn,
-            "workflow_memory",
-            column,
-            sqlite=f"ALTER TABLE workflow_memory ADD COLUMN {column} {sql_type}",
-            postgresql=[f"ALTER TABLE workflow_memory ADD COLUMN {column} {sql_type}"],
-            oracle=[f"ALTER TABLE workflow_memory ADD ({column} {oracle_type})"],
-        )
-    check = "CHECK (changes_state IN (0, 1))"
-    _add_column(
-        conn,
-        "agent_tools",
-        "changes_state",
-        sqlite="ALTER TABLE agent_tools ADD COLUMN changes_state SMALLINT "
-        f"CONSTRAINT ck_agent_tools_changes_state {check}",
-        postgresql=[
-            "ALTER TABLE agent_tools ADD COLUMN changes_state SMALLINT",
-            f"ALTER TABLE agent_tools ADD CONSTRAINT ck_agent_tools_changes_state {check}",
-        ],
-        oracle=[
-            "ALTER TABLE agent_tools ADD (changes_state SMALLINT)",
-            f"ALTER TABLE agent_tools ADD CONSTRAINT ck_agent_tools_changes_state {check}",
-        ],
-    )
+    for column in ("conversation_id", "segment_index"):
+        _add_column(conn, 8, "workflow_memory", column)
+    _add_column(conn, 8, "agent_tools", "changes_state")
     table, name = M008_INDEX
     if not _has_index(conn, table, name):
         conn.execute(CreateIndex(_index(8, table, name)))
@@ -179,27 +166,8 @@ def _m010(conn: Connection) -> None:
     """Maintained class statistics (docs/guide/aggregate.md): ``workflow_memory.stats_pending`` (NULL on the rows
     already stored, default 1 for every new row, so the first fold is a recount, not a rewrite of the table), its
     pending-only index, and the statistics tables. Every step checks first."""
-    check = "CHECK (stats_pending = 1)"
-    _add_column(
-        conn,
-        "workflow_memory",
-        "stats_pending",
-        # SQLite cannot change a default later: old rows get 1 too, and the first fold's recount clears them.
-        sqlite=f"ALTER TABLE workflow_memory ADD COLUMN stats_pending SMALLINT DEFAULT 1 "
-        f"CONSTRAINT ck_workflow_memory_stats_pending {check}",
-        postgresql=[
-            "ALTER TABLE workflow_memory ADD COLUMN stats_pending SMALLINT",
-            f"ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_stats_pending {check}",
-        ],
-        oracle=[
-            "ALTER TABLE workflow_memory ADD (stats_pending SMALLINT)",
-            f"ALTER TABLE workflow_memory ADD CONSTRAINT ck_workflow_memory_stats_pending {check}",
-        ],
-    )
-    if conn.dialect.name == "postgresql":  # metadata only: existing rows keep NULL (folded by the first recount)
-        conn.execute(text("ALTER TABLE workflow_memory ALTER COLUMN stats_pending SET DEFAULT 1"))
-    elif conn.dialect.name == "oracle":
-        conn.execute(text("ALTER TABLE workflow_memory MODIFY (stats_pending DEFAULT 1)"))
+    # SQLite cannot change a default later: old rows get 1 too, and the first fold's recount clears them.
+    _add_column(conn, 10, "workflow_memory", "stats_pending", default_later=True)
     table, name = M010_INDEX
     if not _has_index(conn, table, name):
         conn.execute(CreateIndex(_index(10, table, name)))
@@ -212,14 +180,7 @@ def _m011(conn: Connection) -> None:
     listing and cadence read instead of counting history (docs/guide/aggregate.md). The counters start at 0, so
     the bookkeeping row is dropped: the next fold is a recount, which sets every counter from a COUNT (until
     then the listing and the cadence count ``workflow_memory``, the reference path)."""
-    _add_column(
-        conn,
-        "partition_state",
-        "runs_folded",
-        sqlite="ALTER TABLE partition_state ADD COLUMN runs_folded INTEGER DEFAULT 0 NOT NULL",
-        postgresql=["ALTER TABLE partition_state ADD COLUMN runs_folded INTEGER DEFAULT 0 NOT NULL"],
-        oracle=["ALTER TABLE partition_state ADD (runs_folded INTEGER DEFAULT 0 NOT NULL)"],
-    )
+    _add_column(conn, 11, "partition_state", "runs_folded")
     conn.execute(text("DELETE FROM class_stats_state"))
 
 
@@ -250,14 +211,7 @@ def _m012(conn: Connection) -> None:
     """Live names unique per tenant (docs/design.md): ``skillbox.live_name_key``, backfilled on the live rows, then
     its unique index. Live rows sharing a name with an older live row of their tenant keep NULL and are logged
     (the data-quality warning ``skillbox.live_names_unique`` lists them); the migration never fails on them."""
-    _add_column(
-        conn,
-        "skillbox",
-        "live_name_key",
-        sqlite="ALTER TABLE skillbox ADD COLUMN live_name_key VARCHAR(64)",
-        postgresql=["ALTER TABLE skillbox ADD COLUMN live_name_key VARCHAR(64)"],
-        oracle=["ALTER TABLE skillbox ADD (live_name_key VARCHAR2(64 CHAR))"],
-    )
+    _add_column(conn, 12, "skillbox", "live_name_key")
     dialect = conn.dialect.name
     if dialect == "sqlite":  # no sha256 in SQLite: the migration's connection gets Python's
         conn.connection.driver_connection.create_function(  # type: ignore[union-attr]

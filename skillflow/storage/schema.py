@@ -13,7 +13,8 @@ docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memo
 folded runs, kept by the fold: the cycle's listing and cadence read it, docs/guide/aggregate.md), 012 adds
 ``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), so fresh
 installs and upgrades follow one path.
-``sql/oracle/*.sql`` mirror it for DBAs (a test keeps them in step).
+It is the one definition: ``storage.migrations`` compiles each migration's DDL from it, and ``sql/oracle/*.sql``
+mirror it for DBAs (``tests/storage/test_oracle_sql.py`` keeps them in step, both ways, at every level).
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from sqlglot import exp
 from skillflow.kernel.models import utcnow
 from skillflow.storage import class_stats_sql as q
 from skillflow.storage import counters, migrations
-from skillflow.storage.oracle.checks import check_oracle_sql, check_statement, oracle_dir
-from skillflow.storage.oracle.ddl_model import apply, run_script
 from skillflow.storage.schema import class_fingerprints
+from tests.support.oracle.checks import check_oracle_sql, check_statement, oracle_dir
+from tests.support.oracle.ddl_model import apply, run_script
 
 SCOPES = [(None, None, None), ("a", None, None), ("a", "u", None), (None, None, [("a", "u"), ("b", "v")])]
 NOW = utcnow()

@@ -14,10 +14,10 @@ from skillflow.quality.runner import new_context, run_quality
 from skillflow.storage import migrations
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import MIGRATIONS, migrate
-from skillflow.storage.oracle.checks import check_statement, migration_files
-from skillflow.storage.oracle.ddl_model import Schema, apply, run_script
 from skillflow.storage.schema import build_metadata, schema_migrations, skillbox
 from skillflow.storage.skills import live_name_key
+from tests.support.oracle.checks import check_statement, migration_files
+from tests.support.oracle.ddl_model import Schema, apply, run_script
 
 T0 = utcnow() - timedelta(days=3)
 SCRIPT = next(p for p in migration_files() if p.stem == "012_add_live_name_key")

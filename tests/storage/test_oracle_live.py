@@ -17,9 +17,9 @@ from skillflow.kernel.models import SkillStatus
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import MIGRATIONS, migrate
-from skillflow.storage.oracle.checks import load_query
 from skillflow.storage.schema import metadata, skill_vectors, skillbox, workflow_memory
 from skillflow.storage.skills import insert_skill
+from tests.support.oracle.checks import load_query
 
 DSN = os.environ.get("SKILLFLOW_TEST_ORACLE_DSN")
 pytestmark = [

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from skillflow.cli import app
 from skillflow.storage import migrations
-from skillflow.storage.oracle.checks import (
+from skillflow.storage.schema import CLASS_COVER_COLUMNS, LATEST, build_metadata
+from tests.support.oracle.checks import (
     check_migration,
     check_oracle_sql,
     check_statement,
@@ -22,9 +23,8 @@ from skillflow.storage.oracle.checks import (
     oracle_dir,
     oracle_tables,
 )
-from skillflow.storage.oracle.ddl_model import OracleError, Schema, apply, normalize_type, run_script
-from skillflow.storage.oracle.lexer import split_script
-from skillflow.storage.schema import CLASS_COVER_COLUMNS, LATEST, build_metadata
+from tests.support.oracle.ddl_model import OracleError, Schema, apply, normalize_type, run_script
+from tests.support.oracle.lexer import split_script
 
 SQL_FILES = sorted(oracle_dir().rglob("*.sql"))
 NAMES = [m.name for m in migrations.MIGRATIONS]
@@ -187,7 +187,9 @@ def _sqlalchemy_oracle(level: int) -> dict[str, Any]:
             name.lower(): " ".join(kind.lower().split())
             for name, kind in re.findall(r"CONSTRAINT (\w+) (CHECK|PRIMARY KEY|UNIQUE)", ddl)
         }
-        indexes = {ix.name: tuple(c.name for c in ix.columns) for ix in table.indexes}
+        indexes = {
+            ix.name: (tuple(c.name for c in ix.columns), "unique" if ix.unique else "btree") for ix in table.indexes
+        }
         out[table.name] = {"columns": cols, "constraints": constraints, "indexes": indexes}
     return out
 
@@ -197,7 +199,9 @@ def _oracle_files(schema: Schema) -> dict[str, Any]:
         name: {
             "columns": [(c, col.type, col.nullable, col.default) for c, col in t.columns.items()],
             "constraints": t.constraints,
-            "indexes": {ix: cols for ix, (on, cols, kind) in schema.indexes.items() if on == name and kind != "vector"},
+            "indexes": {
+                ix: (cols, kind) for ix, (on, cols, kind) in schema.indexes.items() if on == name and kind != "vector"
+            },
         }
         for name, t in schema.tables.items()
     }

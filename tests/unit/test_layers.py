@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,14 +162,30 @@ def test_tasks_never_import_flows_and_flows_import_no_other_flow() -> None:
     assert {m: ts for m, ts in crossing.items() if ts} == {}
 
 
-def test_the_domain_never_loads_prefect_at_run_time() -> None:
-    """Belt and braces: importing every domain module in a fresh interpreter loads no prefect, flows or tasks."""
-    domain = sorted(m for m in graph() if m.startswith("skillflow") and area(m) not in {"lab", "cli"})
+def test_the_domain_never_loads_prefect_and_no_product_module_loads_sqlglot_at_run_time() -> None:
+    """Belt and braces, in one fresh interpreter: importing every domain module loads no prefect, flows or tasks;
+    importing every ``skillflow`` module after them (lab and CLI too) loads no sqlglot, the dev-only parser of
+    the Oracle checker in tests/support/oracle."""
+    edges = graph()
+    domain = sorted(m for m in edges if m.startswith("skillflow") and area(m) not in {"lab", "cli"})
+    rest = sorted(m for m in edges if m.startswith("skillflow") and m not in domain)
     code = (
         "import importlib, sys\n"
         f"for name in {domain!r}:\n"
         "    importlib.import_module(name)\n"
         "bad = sorted({m.split('.')[0] for m in sys.modules} & {'prefect', 'flows', 'tasks'})\n"
         "assert not bad, bad\n"
+        f"for name in {rest!r}:\n"
+        "    importlib.import_module(name)\n"
+        "assert 'sqlglot' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_no_product_module_imports_the_dev_only_sql_checker() -> None:
+    """The Oracle checker needs sqlglot (a dev extra), so it lives in tests/support, outside the wheel: no module
+    of skillflow, flows or tasks imports sqlglot or anything under tests (lazy imports included)."""
+    edges = graph()
+    assert sorted(m for m, targets in edges.items() if "sqlglot" in targets or "tests" in targets) == []
+    wheel = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"]["targets"]
+    assert sorted(wheel["wheel"]["packages"]) == sorted(PACKAGES)  # tests/support/oracle is not shipped

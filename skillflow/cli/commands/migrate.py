@@ -10,7 +10,7 @@ from sqlalchemy.engine import make_url
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, fail, print_json
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
-from skillflow.storage.oracle.files import migration_files
+from skillflow.storage.oracle_files import migration_files
 
 PrintOracleOption = Annotated[
     bool,

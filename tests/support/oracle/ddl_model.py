@@ -12,7 +12,7 @@ import copy
 import re
 from dataclasses import dataclass, field
 
-from skillflow.storage.oracle.lexer import dynamic_sql, mask, split_script
+from tests.support.oracle.lexer import dynamic_sql, mask, split_script
 
 TYPE = re.compile(
     r"(timestamp(\s*\(\d+\))?\s+with\s+(local\s+)?time\s+zone|vector\s*\([^()]*\)|\w+(\s*\([^()]*\))?)", re.I

@@ -8,7 +8,7 @@ from pathlib import Path
 
 def oracle_dir() -> Path:
     """``sql/oracle`` of a source checkout, or the copy packaged as ``skillflow/_sql/oracle``."""
-    package = Path(__file__).resolve().parents[2]
+    package = Path(__file__).resolve().parents[1]
     for candidate in (package / "_sql" / "oracle", package.parent / "sql" / "oracle"):
         if candidate.is_dir():
             return candidate

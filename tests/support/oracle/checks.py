@@ -4,7 +4,7 @@
 each plain statement and each DDL string run by ``EXECUTE IMMEDIATE`` with sqlglot (``read="oracle"``)
 plus explicit rules for what sqlglot wrongly accepts (``LIMIT``, ``JSONB``, ``ON CONFLICT``…) or cannot
 parse (``VECTOR(n, FLOAT32)``, ``CREATE VECTOR INDEX``, ``FETCH APPROX``). ``check_migration`` adds the
-re-runnability rules; ``skillflow.storage.oracle.ddl_model`` reads the tables back for the no-drift test.
+re-runnability rules; ``tests.support.oracle.ddl_model`` reads the tables back for the no-drift test.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from skillflow.storage.oracle.ddl_model import oracle_tables, run_script
-from skillflow.storage.oracle.files import load_query, migration_files, oracle_dir
-from skillflow.storage.oracle.lexer import Statement, dynamic_sql, mask, split_script
+from skillflow.storage.oracle_files import load_query, migration_files, oracle_dir
+from tests.support.oracle.ddl_model import oracle_tables, run_script
+from tests.support.oracle.lexer import Statement, dynamic_sql, mask, split_script
 
 __all__ = [
     "Problem",
