@@ -19,11 +19,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import Connection, Engine, func, insert, select, update
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import search_skills
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.errors import TransientError, is_transient
 from skillflow.kernel.models import SkillStatus, WorkflowOutcome, utcnow
 from skillflow.lifecycle.shadow_match import Candidate, load_tenant, top_k
 from skillflow.storage import outbox
@@ -360,9 +361,9 @@ def empty_shadow_stats() -> dict[str, Any]:
 class ShadowBatchError(RuntimeError):
     """A batch failed; the message names the error class only (SQL parameters would carry queries)."""
 
-    def __init__(self, message: str, transient: bool) -> None:
-        super().__init__(message)
-        self.transient = transient
+
+class TransientShadowBatchError(ShadowBatchError, TransientError):
+    """A batch failed on a transient error (``kernel.errors.is_transient``): the drain task retries it."""
 
 
 def drain_batch(
@@ -411,12 +412,12 @@ def _claim_and_persist(
         _finish(report, runs, new, failed, exclude)
         return reconciled
     except Exception as exc:  # noqa: BLE001 - re-raised sanitized: SQL parameters would carry raw queries
-        transient = isinstance(exc, OperationalError | TimeoutError | ConnectionError)
+        error = TransientShadowBatchError if is_transient(exc) else ShadowBatchError
         log.error("shadow batch of %d runs failed: %s", len(ids), type(exc).__name__)
         if ids and not outbox.uses_row_locks_engine(engine):
             with engine.begin() as conn:
                 outbox.release(conn, ids)  # retry promptly instead of after the stale-claim timeout
-        raise ShadowBatchError(f"shadow batch failed: {type(exc).__name__}", transient) from None
+        raise error(f"shadow batch failed: {type(exc).__name__}") from None
 
 
 def _finish(

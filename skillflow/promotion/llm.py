@@ -1,10 +1,12 @@
 """LLM distiller and judge on the official OpenAI and Anthropic SDKs (any OpenAI-compatible ``base_url``).
 
 Only ``redacted_evidence`` (and, for the judge, a skill that passed every machine check) is ever sent;
-an error is logged by its type only. SDK retries are off (``max_retries=0``); we retry 408/409/429,
-5xx, timeouts and connection errors ourselves with exponential backoff (honouring ``Retry-After``), then
-raise ``TransientLLMError`` so the calling Prefect task can retry the stage. Any other provider error
-raises ``LLMError``. Prompts are versioned files in ``skillflow/prompts``; the version is stamped.
+an error is logged by its type only. This wrapper is the one retry layer for provider calls
+(docs/RELIABILITY.md, "Retries"): SDK retries are off (``max_retries=0``); the SDKs' rate-limit, timeout,
+5xx and connection errors (and 408/409/425 answers) are recognised by type and retried here with exponential
+backoff (honouring ``Retry-After``), then raised as ``TransientLLMError``, a ``TransientError`` marked as
+retried, so no Prefect task retries it again. Any other provider error raises ``LLMError``. Prompts are
+versioned files in ``skillflow/prompts``; the version is stamped.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import SecretStr
 
+from skillflow.kernel.errors import TransientError
 from skillflow.promotion.distill import INSUFFICIENT, DistillOutcome, provenance
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.judge import Verdict, parse_verdict
@@ -44,8 +47,10 @@ class LLMError(RuntimeError):
     """A provider failure that a retry will not fix (auth, bad request, unusable answer)."""
 
 
-class TransientLLMError(LLMError):
-    """Rate limit, timeout, 5xx or connection failure that outlived our retries (worth a task retry)."""
+class TransientLLMError(LLMError, TransientError):
+    """Rate limit, timeout, 5xx or connection failure that outlived this wrapper's retries (the one layer)."""
+
+    retried = True
 
 
 @cache
@@ -79,12 +84,31 @@ class LLMOptions:
         )
 
 
+@cache
+def _sdk_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(the SDKs' transient exception types, their API status error types); timeouts are connection errors."""
+    transient: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    status: list[type[BaseException]] = []
+    with contextlib.suppress(ImportError):
+        import openai
+
+        transient += [openai.RateLimitError, openai.APIConnectionError, openai.InternalServerError]
+        status.append(openai.APIStatusError)
+    with contextlib.suppress(ImportError):
+        import anthropic
+
+        transient += [anthropic.RateLimitError, anthropic.APIConnectionError, anthropic.InternalServerError]
+        status.append(anthropic.APIStatusError)
+    return tuple(transient), tuple(status)
+
+
 def _is_transient(exc: Exception) -> bool:
-    status = getattr(exc, "status_code", None)
-    if isinstance(status, int):
-        return status in TRANSIENT_STATUS or status >= 500
-    name = type(exc).__name__
-    return name in {"APITimeoutError", "APIConnectionError"} or isinstance(exc, TimeoutError | ConnectionError)
+    """A provider failure worth a retry, by type; another API status error by its code (408/409/425, 5xx)."""
+    transient, status = _sdk_errors()
+    if isinstance(exc, transient):
+        return True
+    code = getattr(exc, "status_code", 0) if isinstance(exc, status) else 0
+    return code in TRANSIENT_STATUS or code >= 500
 
 
 def _retry_after(exc: Exception) -> float | None:

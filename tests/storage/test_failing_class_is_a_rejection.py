@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from skillflow.kernel.errors import TransientError
 from skillflow.kernel.models import ClassStats
 from skillflow.promotion import cycle
 from skillflow.promotion.redact import RedactionError
@@ -14,8 +15,8 @@ from skillflow.storage.schema import class_state
 from tests.support.promotion import AGENT, agent, config, record_cancel, record_payment
 
 
-class TransientBoom(RuntimeError):
-    transient = True
+class TransientBoom(TransientError):
+    """A transient failure by type (docs/RELIABILITY.md, "Retries"), not yet retried by its layer."""
 
 
 def _seed(engine: Engine) -> tuple[str, str]:

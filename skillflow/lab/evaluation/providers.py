@@ -16,6 +16,11 @@ from typing import Any
 from skillflow.lab.evaluation.execution import ModelRun, ToolBox, tool_result_text
 from skillflow.lab.evaluation.toolschema import anthropic_tools, openai_tools
 from skillflow.lab.simulator import Task
+from skillflow.promotion.llm import LLMOptions, with_retries
+
+# Retries of a model call under evaluation: the provider wrapper's (docs/RELIABILITY.md, "Retries"), as the
+# SDKs' own 3 did before (their retries are off, so a call is never retried by two layers).
+EVAL_RETRIES = 3
 
 MAX_TURNS = 8
 
@@ -46,7 +51,8 @@ class OpenAIToolModel:
 
         self.name = model
         self.label = f"openai model {model}" + (" (custom base URL)" if base_url else "")
-        self.client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=3)
+        self.client = openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self.retry = LLMOptions(model=model, max_retries=EVAL_RETRIES)
         self.temperature = temperature
         self.max_turns = max_turns
 
@@ -57,11 +63,15 @@ class OpenAIToolModel:
         extra: dict[str, Any] = {} if self.temperature is None else {"temperature": self.temperature}
         for _ in range(self.max_turns):
             started = time.perf_counter()
-            resp = self.client.chat.completions.create(
-                model=self.name,
-                messages=messages,  # type: ignore[arg-type]  # provider-shaped dicts from prepare()
-                tools=openai_tools(),  # type: ignore[arg-type]  # JSON schema dicts
-                **extra,
+            resp = with_retries(
+                lambda: self.client.chat.completions.create(
+                    model=self.name,
+                    messages=messages,  # type: ignore[arg-type]  # provider-shaped dicts from prepare()
+                    tools=openai_tools(),  # type: ignore[arg-type]  # JSON schema dicts
+                    **extra,
+                ),
+                self.retry,
+                "openai tool call",
             )
             out.inference_latency_ms += (time.perf_counter() - started) * 1000
             out.llm_calls += 1
@@ -120,7 +130,8 @@ class AnthropicToolModel:
 
         self.name = model
         self.label = f"anthropic model {model}" + (" (custom base URL)" if base_url else "")
-        self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=3)
+        self.client = anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0)
+        self.retry = LLMOptions(model=model, max_retries=EVAL_RETRIES)
         self.temperature = temperature
         self.max_turns = max_turns
         self.max_tokens = max_tokens
@@ -132,13 +143,17 @@ class AnthropicToolModel:
         extra: dict[str, Any] = {} if self.temperature is None else {"temperature": self.temperature}
         for _ in range(self.max_turns):
             started = time.perf_counter()
-            resp = self.client.messages.create(
-                model=self.name,
-                system=request.get("system", ""),
-                messages=messages,  # type: ignore[arg-type]  # provider-shaped dicts from prepare()
-                tools=anthropic_tools(),  # type: ignore[arg-type]  # JSON schema dicts
-                max_tokens=self.max_tokens,
-                **extra,
+            resp = with_retries(
+                lambda: self.client.messages.create(
+                    model=self.name,
+                    system=request.get("system", ""),
+                    messages=messages,  # type: ignore[arg-type]  # provider-shaped dicts from prepare()
+                    tools=anthropic_tools(),  # type: ignore[arg-type]  # JSON schema dicts
+                    max_tokens=self.max_tokens,
+                    **extra,
+                ),
+                self.retry,
+                "anthropic tool call",
             )
             out.inference_latency_ms += (time.perf_counter() - started) * 1000
             out.llm_calls += 1
