@@ -7,12 +7,12 @@ from prefect.artifacts import create_markdown_artifact
 
 from skillflow.operations.backfill import BackfillReport
 from tasks.backfill import BackfillParams, backfill_hashes
-from tasks.common import params_run_name
+from tasks.common import run_name
 
 
 @flow(
     name="backfill-canonical-hashes",
-    flow_run_name=params_run_name("backfill", "agent_id"),
+    flow_run_name=run_name("backfill", "agent_id", flow=True),
     description="Give legacy runs (NULL canonical_hash) their canonical identity in keyset batches, one "
     "transaction each; store and publish the report.",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 
 from skillflow.quality import QualityReport
-from tasks.common import params_run_name
+from tasks.common import run_name
 from tasks.events import emit_quality_blocking
 from tasks.quality import (
     DataQualityFailed,
@@ -21,7 +21,7 @@ __all__ = ["DataQualityParams", "data_quality"]
 
 @flow(
     name="data-quality",
-    flow_run_name=params_run_name("data-quality"),
+    flow_run_name=run_name("data-quality", flow=True),
     description="Great Expectations suites over the skillflow tables: a self-contained HTML report (linked as an "
     "artifact), stored summary and check table; fails only on blocking checks.",
 )

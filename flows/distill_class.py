@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.promotion.report import PromotionReport
-from tasks.common import params_run_name
+from tasks.common import run_name
 from tasks.events import emit_promotion
 from tasks.promotion import distill_one_class
 from tasks.reporting import publish_report
@@ -26,7 +26,7 @@ class DistillClassParams(BaseModel):
 @flow(
     name="distill-class",
     log_prints=False,
-    flow_run_name=params_run_name("distill", "agent_id", "user_id", "canonical_hash"),
+    flow_run_name=run_name("distill", "agent_id", "user_id", "canonical_hash", flow=True),
     description="Distill now: one class of one tenant through the same gates, distillation, validation and store "
     "as a promotion cycle; publishes its own report.",
 )

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.drift import DriftReport
-from tasks.common import TenantScope, flow_run_id, params_run_name
+from tasks.common import TenantScope, flow_run_id, run_name
 from tasks.drift import check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
 from tasks.fanout import FanOut, FleetSettings, current_work_pool, resolve_mode
 
@@ -38,13 +38,18 @@ class DriftDemotionParams(BaseModel):
     partitions_per_task: int | None = Field(
         None, ge=1, le=10_000, description="Partitions per task run (default: the fleet setting on a work pool, else 1)"
     )
+    drift_run_id: str | None = Field(
+        None,
+        max_length=64,
+        description="The drift run this chunk belongs to (set by a fan-out parent): reports are keyed by it and tenant",
+    )
 
 
 class DriftPartitionsFailed(RuntimeError):
     """Some partitions (or child runs) failed after the others were checked; the message names them."""
 
 
-@flow(name="drift-demotion", flow_run_name=params_run_name("drift", "agent_id", "user_id"), description=DESCRIPTION)
+@flow(name="drift-demotion", flow_run_name=run_name("drift", "agent_id", "user_id", flow=True), description=DESCRIPTION)
 def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
     """Check every ACTIVE skill against its baseline, demote the drifted, store and publish the report.
 
@@ -64,7 +69,7 @@ def drift_demotion(params: DriftDemotionParams | None = None) -> DriftReport:
         report, failed = fan_out_drift(url, partitions, params.chunks, overrides, params.dry_run)
     else:
         per_task = params.partitions_per_task or (FleetSettings().partitions_per_task if current_work_pool() else 1)
-        report, failed = check_partitions(url, config, partitions, params.dry_run, per_task)
+        report, failed = check_partitions(url, config, partitions, params.dry_run, per_task, params.drift_run_id)
     publish_drift_report(report, url, config, flow_run_id())
     if failed:
         raise DriftPartitionsFailed(f"{len(failed)} failed: " + "; ".join(failed))

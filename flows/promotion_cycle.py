@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.report import PromotionReport
-from tasks.common import TenantScope, params_run_name
+from tasks.common import TenantScope, run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
 from tasks.promotion import fan_out_partitions, list_partitions, run_partitions
 from tasks.reporting import publish_report
@@ -36,7 +36,7 @@ class PartitionsFailed(RuntimeError):
     """Some partitions failed after every other partition ran; the message names partitions and error classes."""
 
 
-@flow(name="promotion-cycle", flow_run_name=params_run_name("cycle", "agent_id", "user_id"), log_prints=False)
+@flow(name="promotion-cycle", flow_run_name=run_name("cycle", "agent_id", "user_id", flow=True), log_prints=False)
 def promotion_cycle(params: PromotionCycleParams | None = None) -> list[PromotionReport]:
     """Run the promotion cycle in every matching (agent, user) partition; returns one report per partition.
 

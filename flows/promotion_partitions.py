@@ -17,20 +17,10 @@ from pydantic import BaseModel, Field
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.report import PromotionReport
+from tasks.common import batch_name
 from tasks.fanout import FleetSettings, current_work_pool
 from tasks.promotion import run_partitions
 from tasks.reporting import publish_report
-
-
-def chunk_run_name() -> str:
-    """``partitions-<n>-from-<first agent>-<first user>``: how big the chunk is and where it starts (ids only)."""
-    from prefect.runtime import flow_run
-
-    params: Any = (flow_run.parameters or {}).get("params") or {}
-    pairs = params.get("partitions") if isinstance(params, dict) else getattr(params, "partitions", None)
-    pairs = list(pairs or [])
-    first = "-".join(str(x)[:24] for x in pairs[0]) if pairs else "none"
-    return f"partitions-{len(pairs)}-from-{first}"
 
 
 class PromotionPartitionsParams(BaseModel):
@@ -52,7 +42,7 @@ class PromotionPartitionsParams(BaseModel):
     )
 
 
-@flow(name="promotion-partitions", flow_run_name=chunk_run_name, log_prints=False)
+@flow(name="promotion-partitions", flow_run_name=batch_name("partitions", "partitions", flow=True), log_prints=False)
 def promotion_partitions(params: PromotionPartitionsParams | None = None) -> list[PromotionReport]:
     """Run the promotion cycle in each partition of the chunk; a failed partition is reported, never fatal."""
     params = params or PromotionPartitionsParams()

@@ -10,16 +10,14 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.shadow import DrainReport
+from tasks.common import run_parameters
 from tasks.fanout import FanOut, resolve_mode
 from tasks.shadow import drain_outbox, fan_out_drains, publish_shadow_summary, requeue_backlog
 
 
 def drain_run_name() -> str:
     """``shadow-drain`` plus what makes this drain special: dry run, backlog re-queue, fan-out mode."""
-    from prefect.runtime import flow_run
-
-    params: Any = (flow_run.parameters or {}).get("params") or {}
-    get = params.get if isinstance(params, dict) else lambda key, default=None: getattr(params, key, default)
+    get = run_parameters(flow=True)
     flags = [flag for flag, on in (("dry-run", get("dry_run")), ("backlog", get("evaluate_backlog"))) if on]
     return "-".join(["shadow-drain", *flags, *([str(get("fan_out"))] if get("fan_out") else [])])
 

@@ -15,7 +15,7 @@ from pydantic import BeforeValidator
 from sqlalchemy import Engine
 
 from skillflow.kernel.config import Settings
-from skillflow.kernel.errors import is_transient
+from skillflow.kernel.errors import should_retry
 from skillflow.storage.engine import cached_engine
 from skillflow.storage.migrations import require_current
 
@@ -57,11 +57,12 @@ def flow_run_id() -> str | None:
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """``retry_condition_fn`` for Prefect tasks: retry only transient failures."""
+    """``retry_condition_fn`` for Prefect tasks: retry transient failures no other layer already retried
+    (a database error; never a provider error the LLM wrapper gave up on, docs/RELIABILITY.md "Retries")."""
     try:
         state.result()
     except Exception as exc:  # noqa: BLE001 - inspecting the failure is the point
-        return is_transient(exc)
+        return should_retry(exc)
     return False
 
 
@@ -96,53 +97,40 @@ def tenant_label(agent_id: str | None, user_id: str | None) -> str:
     return f"{agent_id or 'all'}/{user_id or 'all'}"
 
 
-def params_run_name(prefix: str, *fields: str) -> Callable[[], str]:
-    """A ``flow_run_name`` callable: ``prefix`` plus the named fields of the flow's ``params`` (ids only).
-
-    Values are cut to 24 characters (an id prefix is enough to find the run); missing ones read ``all``.
-    """
-
-    def name() -> str:
+def run_parameters(flow: bool = False) -> Callable[[str], Any]:
+    """A reader of the current run's parameters: the task run's own, or (``flow``) the fields of the flow's
+    ``params`` model (a dict when the run came from a deployment, the model when called in process)."""
+    if flow:
         from prefect.runtime import flow_run
 
         params: Any = (flow_run.parameters or {}).get("params") or {}
-        get = params.get if isinstance(params, dict) else lambda key, default=None: getattr(params, key, default)
-        parts = [str(get(f, "") or "all")[:24] for f in fields]
-        return "-".join([prefix, *parts]) if parts else prefix
-
-    return name
-
-
-def task_run_namer(prefix: str, *fields: str) -> Callable[[], str]:
-    """A ``task_run_name`` callable: ``prefix`` plus the named task parameters (ids, cut to 24 characters).
-
-    A missing or empty value reads ``all``, so an unscoped call is named ``<prefix>-all-all``, not ``None``.
-    """
-
-    def name() -> str:
+    else:
         from prefect.runtime import task_run
 
         params = task_run.parameters or {}
-        parts = [str(params.get(f) or "all")[:24] for f in fields]
-        return "-".join([prefix, *parts])
+    if isinstance(params, dict):
+        return params.get
+    return lambda key: getattr(params, key, None)
 
-    return name
 
-
-def batch_run_namer(prefix: str) -> Callable[[], str]:
-    """A ``task_run_name`` callable for a batch of partitions: ``<prefix>-<n>-from-<first agent>-<first user>``
-    (how many partitions the task run holds and where it starts; ids cut to 24 characters)."""
+def run_name(prefix: str, *fields: str, flow: bool = False) -> Callable[[], str]:
+    """A ``task_run_name`` (or, with ``flow``, ``flow_run_name``) callable: ``prefix-<field>-…`` from the run's
+    parameters (ids only, cut to 24 characters; a missing or empty one reads ``all``)."""
 
     def name() -> str:
-        from prefect.runtime import task_run
-
-        batch = (task_run.parameters or {}).get("batch") or []
-        first = "-".join(str(x)[:24] for x in batch[0]) if batch else "none"
-        return f"{prefix}-{len(batch)}-from-{first}"
+        get = run_parameters(flow)
+        return "-".join([prefix, *(str(get(f) or "all")[:24] for f in fields)])
 
     return name
 
 
-def batches(items: list[T], size: int) -> list[list[T]]:
-    """``items`` in contiguous slices of at most ``size`` (order kept)."""
-    return [items[i : i + size] for i in range(0, len(items), max(size, 1))]
+def batch_name(prefix: str, key: str = "batch", flow: bool = False) -> Callable[[], str]:
+    """A run-name callable for a run over a list of partitions (the parameter ``key``):
+    ``<prefix>-<n>-from-<first agent>-<first user>`` (how many it holds and where it starts; ids cut to 24)."""
+
+    def name() -> str:
+        pairs = list(run_parameters(flow)(key) or [])
+        first = "-".join(str(x)[:24] for x in pairs[0]) if pairs else "none"
+        return f"{prefix}-{len(pairs)}-from-{first}"
+
+    return name

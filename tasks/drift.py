@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -11,7 +13,7 @@ from skillflow.kernel.config import PromotionConfig
 from skillflow.lifecycle.charts import markdown_image, render_png, skill_charts
 from skillflow.lifecycle.drift import DriftReport, render_markdown, run_drift
 from skillflow.storage.skills import SkillNotFound, get_skill
-from tasks.common import batch_run_namer, batches, engine_for, flow_run_id, stage, task_run_namer, tenant_label
+from tasks.common import batch_name, engine_for, flow_run_id, run_name, stage, tenant_label
 from tasks.events import emit_demotions
 
 MAX_CHARTS = 25  # a report with more skills charts the first ones (the table lists them all)
@@ -25,21 +27,39 @@ class DriftChecksFailed(RuntimeError):
         super().__init__(detail)
 
 
-@stage(run_name=task_run_namer("check-drift", "agent_id", "user_id"))
+@stage(run_name=run_name("check-drift", "agent_id", "user_id"))
 def check_drift(
-    database_url: str | None, config: PromotionConfig, agent_id: str | None, user_id: str | None, dry_run: bool
+    database_url: str | None,
+    config: PromotionConfig,
+    agent_id: str | None,
+    user_id: str | None,
+    dry_run: bool,
+    drift_run_id: str | None = None,
 ) -> DriftReport:
     """Check the partition's ACTIVE skills, demote the drifted (one transaction each), store the report, emit.
 
     The demotions are emitted before a failed skill check fails the task run, so they are never hidden.
+    ``drift_run_id`` is the drift run the partition belongs to (:func:`drift_run`).
     """
     engine = engine_for(database_url)
-    report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=flow_run_id())
+    run_id = drift_run(drift_run_id)
+    report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=run_id)
     emit_demotions(report.demoted, dry_run)
     log_drift(report, agent_id, user_id)
     if report.failed:
         raise DriftChecksFailed(", ".join(f"skill {sid[:12]} {reason}" for sid, reason in report.failed))
     return report
+
+
+def drift_run(drift_run_id: str | None) -> str | None:
+    """The id drift work is stamped with: the fan-out parent's run when given, else the current flow run.
+
+    Reports (keyed by it and the tenant), demotion events in ``skill_events`` and the read-back of an earlier
+    attempt's demotions all use it, so a chunk checked again in another child run of the same drift run (a
+    re-created or duplicated child) replaces its tenants' reports instead of adding a second row each
+    (docs/guide/ops.md, "Fan-out").
+    """
+    return drift_run_id or flow_run_id()
 
 
 def log_drift(report: DriftReport, agent_id: str | None, user_id: str | None) -> None:
@@ -52,9 +72,13 @@ def log_drift(report: DriftReport, agent_id: str | None, user_id: str | None) ->
     )  # fmt: skip
 
 
-@stage(retries=0, run_name=batch_run_namer("check-drift"))
+@stage(retries=0, run_name=batch_name("check-drift"))
 def check_drift_batch(
-    database_url: str | None, config: PromotionConfig, batch: list[tuple[str, str]], dry_run: bool
+    database_url: str | None,
+    config: PromotionConfig,
+    batch: list[tuple[str, str]],
+    dry_run: bool,
+    drift_run_id: str | None = None,
 ) -> tuple[list[DriftReport], list[tuple[str, str]]]:
     """Several partitions' drift checks in one task run: (the clean reports, the partitions to run again alone).
 
@@ -66,7 +90,7 @@ def check_drift_batch(
     report. A task run costs the Prefect server about 50 ms of CPU whatever it holds (docs/BENCHMARKS.md,
     "Scale"), so a fleet checks partitions in batches.
     """
-    engine, run_id = engine_for(database_url), flow_run_id()
+    engine, run_id = engine_for(database_url), drift_run(drift_run_id)
     clean: list[DriftReport] = []
     deferred: list[tuple[str, str]] = []
     for agent_id, user_id in batch:
@@ -140,6 +164,7 @@ def check_partitions(
     partitions: list[tuple[str, str]],
     dry_run: bool,
     per_task: int = 1,
+    drift_run_id: str | None = None,
 ) -> tuple[DriftReport, list[str]]:
     """One drift check (stored report) per partition, a task run each or ``per_task`` per task run; a failed
     partition is named, never fatal.
@@ -147,40 +172,45 @@ def check_partitions(
     A partition whose skill checks partly failed still contributes its stored report (what it did check). With
     ``per_task`` > 1 (a fleet's ``partitions_per_task``) partitions run in batches (:func:`check_drift_batch`);
     a partition that fails in its batch runs again alone, so its failure is still its own Failed task run.
+    ``drift_run_id`` is the fan-out parent's run (:func:`drift_run`).
     """
     from skillflow.lifecycle.drift import merge_reports
+    from tasks.fanout import run_batched
 
-    parts, failed = [], []
-    alone = partitions
-    if per_task > 1:
-        alone = []
-        for group in batches(partitions, per_task):
-            batch = check_drift_batch(database_url, config, group, dry_run, return_state=True)
-            clean, deferred = batch.result() if batch.is_completed() else ([], group)
-            for report in clean:
-                emit_demotions(report.demoted, dry_run)
-            parts += clean
-            alone += deferred
-    for agent_id, user_id in alone:
-        state = check_drift(database_url, config, agent_id, user_id, dry_run, return_state=True)
+    parts: list[DriftReport] = []
+    failed: list[str] = []
+
+    def done(clean: list[DriftReport]) -> None:
+        for report in clean:
+            emit_demotions(report.demoted, dry_run)
+        parts.extend(clean)
+
+    def batch(group: list[tuple[str, str]]) -> Any:
+        return check_drift_batch(database_url, config, group, dry_run, drift_run_id, return_state=True)
+
+    def alone(partition: tuple[str, str]) -> None:
+        agent_id, user_id = partition
+        state = check_drift(database_url, config, agent_id, user_id, dry_run, drift_run_id, return_state=True)
         if state.is_completed():
             parts.append(state.result())
-            continue
+            return
         error = state.result(raise_on_failure=False)
         if isinstance(error, DriftChecksFailed):
-            stored = stored_report(database_url, agent_id, user_id)
-            parts += [stored] if stored is not None else []
+            stored = stored_report(database_url, drift_run(drift_run_id), agent_id, user_id)
+            parts.extend([stored] if stored is not None else [])
         detail = error.detail if isinstance(error, DriftChecksFailed) else type(error).__name__
         failed.append(f"{agent_id}/{user_id} ({detail})")
+
+    run_batched(partitions, per_task, batch, alone, done)
     return merge_reports(parts, dry_run), failed
 
 
-def stored_report(database_url: str | None, agent_id: str, user_id: str) -> DriftReport | None:
-    """The report this flow run stored for the partition (a failed task run returns none of its own)."""
+def stored_report(database_url: str | None, run_id: str | None, agent_id: str, user_id: str) -> DriftReport | None:
+    """The report the drift run ``run_id`` stored for the partition (a failed task run returns none of its own)."""
     from skillflow.storage.reports import report_id
     from skillflow.storage.schema import reports
 
-    rid = report_id("drift", flow_run_id(), agent_id, user_id)
+    rid = report_id("drift", run_id, agent_id, user_id)
     with engine_for(database_url).connect() as conn:
         body = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar()
     return DriftReport.model_validate(body) if body is not None else None
@@ -198,13 +228,12 @@ def fan_out_drift(
     from skillflow.storage.reports import bodies_of_runs
     from tasks.fanout import FleetSettings, chunk, run_children, worker_slots
 
-    settings = FleetSettings()
+    settings, parent = FleetSettings(), flow_run_id()
     groups = chunk(partitions, chunks or settings.chunks or worker_slots(CHILD_DEPLOYMENT))
     base = {"database_url": database_url, "dry_run": dry_run, "config_overrides": overrides, "fan_out": "local"}
-    children = run_children(
-        CHILD_DEPLOYMENT, [{"params": {**base, "partitions": g}} for g in groups], flow_run_id(), settings
-    )
-    with engine_for(database_url).connect() as conn:
-        bodies = bodies_of_runs(conn, "drift", [c.flow_run_id for c in children])
+    params = [{"params": {**base, "partitions": g, "drift_run_id": parent}} for g in groups]
+    children = run_children(CHILD_DEPLOYMENT, params, parent, settings)
+    with engine_for(database_url).connect() as conn:  # the children stamp this run's id (drift_run)
+        bodies = bodies_of_runs(conn, "drift", [parent] if parent else [])
     failed = [c.failure() for c in children if not c.completed]
     return merge_reports([DriftReport.model_validate(b) for b in bodies], dry_run), failed

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -22,6 +22,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 log = logging.getLogger("skillflow.fanout")
 
 T = TypeVar("T")
+K = TypeVar("K")
+R = TypeVar("R")
 FanOut = Literal["auto", "local", "pool"]
 Mode = Literal["local", "pool"]
 
@@ -72,6 +74,37 @@ def chunk(items: Sequence[T], n: int) -> list[list[T]]:
         out.append(list(items[start:end]))
         start = end
     return out
+
+
+def batches(items: Sequence[T], size: int) -> list[list[T]]:
+    """``items`` in contiguous slices of at most ``size`` (order kept)."""
+    return [list(items[i : i + size]) for i in range(0, len(items), max(size, 1))]
+
+
+def run_batched(
+    keys: Sequence[K],
+    per_task: int,
+    batch: Callable[[list[K]], Any],
+    alone: Callable[[K], None],
+    done: Callable[[list[R]], None],
+) -> None:
+    """Run ``keys`` (partitions) one task run each, or ``per_task`` per task run: the one batch loop of the flows.
+
+    ``batch`` calls the batch task with ``return_state=True``; its result is ``(results, keys to run again)``.
+    ``done`` takes a batch's results (store them, emit their events). Every key the batch hands back, and every
+    key of a batch whose task run failed, goes to ``alone``, which runs it as its own task run (with the
+    transient retries and a Failed state of its own) and records its outcome; a key is never run alone while
+    its batch's results are pending, so each result is handed on exactly once. A task run costs the Prefect
+    server about 50 ms of CPU whatever it holds (docs/BENCHMARKS.md, "Scale"), so a fleet runs in batches.
+    """
+    for group in batches(keys, per_task) if per_task > 1 else [[k] for k in keys]:
+        rest = group
+        if per_task > 1:
+            state = batch(group)
+            results, rest = state.result() if state.is_completed() else ([], group)
+            done(results)
+        for key in rest:
+            alone(key)
 
 
 def current_work_pool() -> str | None:

@@ -7,6 +7,7 @@ Each task calls the one composition in :mod:`skillflow.promotion.cycle`; a task 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from prefect import get_run_logger
 
@@ -15,10 +16,10 @@ from skillflow.promotion import cycle
 from skillflow.promotion.chunk import Prefetched, prefetch
 from skillflow.promotion.report import PromotionReport
 from skillflow.storage.aggregate import partitions
-from tasks.common import batch_run_namer, batches, engine_for, flow_run_id, stage, task_run_namer
+from tasks.common import batch_name, engine_for, flow_run_id, run_name, stage
 
 
-@stage(run_name=task_run_namer("list-partitions", "agent_id", "user_id"))
+@stage(run_name=run_name("list-partitions", "agent_id", "user_id"))
 def list_partitions(database_url: str | None, agent_id: str | None, user_id: str | None) -> list[tuple[str, str]]:
     """Every (agent, user) partition with stored runs, optionally narrowed to one agent or user ("" = all), from the
     maintained partition counters (docs/guide/aggregate.md)."""
@@ -100,7 +101,7 @@ def record_partition_failure(
     return report
 
 
-@stage(delays=(2.0, 10.0, 30.0), retries=3, run_name=task_run_namer("distill", "agent_id", "user_id", "canonical_hash"))
+@stage(delays=(2.0, 10.0, 30.0), retries=3, run_name=run_name("distill", "agent_id", "user_id", "canonical_hash"))
 def distill_one_class(
     database_url: str | None, agent_id: str, user_id: str, canonical_hash: str, config: PromotionConfig, dry_run: bool
 ) -> PromotionReport:
@@ -118,7 +119,7 @@ def distill_one_class(
     return report
 
 
-@stage(retries=0, run_name=batch_run_namer("cycle"))
+@stage(retries=0, run_name=batch_name("cycle"))
 def cycle_batch(
     database_url: str | None,
     batch: list[tuple[str, str]],
@@ -176,32 +177,34 @@ def run_partitions(
     (:func:`skillflow.promotion.chunk.prefetch`): a partition that is not due costs no statement.
     """
     from tasks.events import emit_promotion
-    from tasks.fanout import partition_slot
+    from tasks.fanout import partition_slot, run_batched
 
     reports: dict[tuple[str, str], PromotionReport] = {}
+
+    def done(batch_reports: list[PromotionReport]) -> None:
+        reports.update({(r.agent_id, r.user_id): r for r in batch_reports})
+        emit_promotion(batch_reports)
+
     with partition_slot(limit):
         shared = read_chunk(database_url, partitions, config, dry_run, force, flow_run_id()) if partitions else {}
-        for group in batches(partitions, per_task) if per_task > 1 else [[p] for p in partitions]:
-            alone = group
-            if per_task > 1:
-                mine = {p: shared[p] for p in group if p in shared}
-                batch = cycle_batch(database_url, group, config, now, dry_run, force, mine, return_state=True)
-                done, alone = batch.result() if batch.is_completed() else ([], group)
-                for report in done:
-                    reports[(report.agent_id, report.user_id)] = report
-                emit_promotion(done)
-            for agent_id, user_id in alone:
-                state = cycle_partition(
-                    database_url, agent_id, user_id, config, now, dry_run, force, shared.get((agent_id, user_id)),
-                    return_state=True,
-                )  # fmt: skip
-                if state.is_completed():
-                    report = state.result()
-                else:
-                    reason = cycle.failure_reason(state.result(raise_on_failure=False))
-                    report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
-                emit_promotion([report])
-                reports[(agent_id, user_id)] = report
+
+        def batch(group: list[tuple[str, str]]) -> Any:
+            mine = {p: shared[p] for p in group if p in shared}
+            return cycle_batch(database_url, group, config, now, dry_run, force, mine, return_state=True)
+
+        def alone(partition: tuple[str, str]) -> None:
+            agent_id, user_id = partition
+            state = cycle_partition(
+                database_url, agent_id, user_id, config, now, dry_run, force, shared.get(partition), return_state=True
+            )
+            if state.is_completed():
+                report = state.result()
+            else:
+                reason = cycle.failure_reason(state.result(raise_on_failure=False))
+                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
+            done([report])
+
+        run_batched(partitions, per_task, batch, alone, done)
     return [reports[p] for p in dict.fromkeys(partitions)]
 
 

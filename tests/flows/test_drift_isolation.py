@@ -153,3 +153,24 @@ def test_a_batch_that_fails_after_a_committed_demotion_loses_and_doubles_nothing
     assert all([d["skill_id"] for d in body["demoted"]] == [drifted[u]] for u, body in stored)  # u1's kept
     assert demotion_events(sent) == sorted((f"skillflow.skill.{drifted[u]}", u) for u in USERS)  # each exactly once
     assert {f"check-drift-{AGENT}-{u}" for u in USERS} <= task_names.task_runs, task_names.task_runs
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_chunk_run_twice_for_one_drift_run_stores_each_tenants_report_once(
+    prefect_harness: None, db_url: str, engine: Engine
+) -> None:
+    """A fan-out child re-created for the same drift run (a retried parent that re-chunked, a duplicated child)
+    checks its partitions again in a new flow run: each tenant's report is keyed by the drift run and tenant, so
+    the second child replaces the first one's rows and keeps the demotions the first one committed."""
+    drifted = {u: drifting(engine, user=u).id for u in USERS}
+    drift_run = "0b9e5bb4-6f0e-4c43-9d2e-drift0000001"
+    first = drift_demotion(batched(db_url, 2).model_copy(update={"drift_run_id": drift_run}))
+    again = drift_demotion(batched(db_url, 2).model_copy(update={"drift_run_id": drift_run}))
+    assert sorted(d.skill_id for d in first.demoted) == sorted(drifted.values())
+    assert sorted(d.skill_id for d in again.demoted) == sorted(drifted.values())  # read back, not lost
+    with engine.connect() as conn:
+        stored = conn.execute(select(reports.c.id, reports.c.user_id, reports.c.flow_run_id, reports.c.body)).all()
+    assert sorted(u for _, u, _, _ in stored) == USERS  # once per tenant, not once per child run
+    assert {rid for rid, _, _, _ in stored} == {report_id("drift", drift_run, AGENT, u) for u in USERS}
+    assert {run for _, _, run, _ in stored} == {drift_run}
+    assert all([d["skill_id"] for d in body["demoted"]] == [drifted[u]] for _, u, _, body in stored)
