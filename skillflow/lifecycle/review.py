@@ -22,6 +22,7 @@ from skillflow.lifecycle.charts import render_png, skill_charts
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, missing_tools, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_skill
+from skillflow.promotion.redact import clean_reason
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.skills import InvalidTransition, get_skill, last_retired, record_event
 
@@ -128,6 +129,7 @@ def apply_review_decision(
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision {decision!r}; expected one of {', '.join(DECISIONS)}")
     reviewer = reviewer.strip() or "unknown reviewer"
+    reason = clean_reason(reason) if reason else ""  # a reviewer's free text is stored: cleaned and redacted
     reasons: list[str] = []
     applied = True
     try:

@@ -7,12 +7,15 @@ the first edit lands. An edit is validated by :func:`skillflow.promotion.validat
 evidence rebuilt from the version's source runs (so literals of those runs are still refused), is refused
 as a whole when any check fails (the refused text is not stored: it may hold a literal), and otherwise lands
 in one transaction with its ``edited`` event (editor, time, unified diff) and the rebuilt applicability
-vectors. Two concurrent edits of one revision collide on the primary key: one lands, one is refused. An edit
+vectors. The text is stored in its canonical form (``skillmd.canonical_skill_md``: frontmatter comments
+dropped) and the editor's reason cleaned (``redact.clean_reason``); a text over 1 MB is refused before it
+is parsed. Two concurrent edits of one revision collide on the primary key: one lands, one is refused. An edit
 that renames the skill to a name another live skill of the tenant holds is refused (``live_name_key``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import logging
@@ -26,7 +29,8 @@ from sqlalchemy.exc import IntegrityError
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
 from skillflow.kernel.models import ClassStats, EvidenceRun, SkillStatus, utcnow
 from skillflow.promotion.evidence import Evidence
-from skillflow.promotion.skillmd import SkillMdError, parse_skill_md, procedure_tools
+from skillflow.promotion.redact import clean_reason
+from skillflow.promotion.skillmd import SkillMdError, canonical_skill_md, parse_skill_md, procedure_tools
 from skillflow.storage.aggregate import _steps_list, aggregate_classes, class_signature
 from skillflow.storage.schema import skill_events, skill_revisions, skillbox, workflow_memory
 from skillflow.storage.skills import SkillRecord, get_skill, live_name_key, name_holder, record_event
@@ -34,6 +38,7 @@ from skillflow.storage.skills import SkillRecord, get_skill, live_name_key, name
 log = logging.getLogger("skillflow.lifecycle.revisions")
 
 EDITABLE = (SkillStatus.SHADOW.value, SkillStatus.CANDIDATE.value)
+MAX_SKILL_MD_BYTES = 1_000_000
 MAX_DIFF_CHARS = 20_000
 
 
@@ -223,6 +228,11 @@ def edit_skill(
     from skillflow.promotion.validation import validate_skill
 
     editor = editor.strip() or "unknown editor"
+    if len(content) > MAX_SKILL_MD_BYTES:  # before any parse, diff or query: their cost grows with the text
+        raise EditRefused([f"the SKILL.md is larger than {MAX_SKILL_MD_BYTES} bytes"])
+    with contextlib.suppress(SkillMdError):  # an unparsable text is refused below with the parse reason
+        content = canonical_skill_md(content)
+    reason = clean_reason(reason) if reason else None
     with engine.connect() as conn:
         skill = get_skill(conn, skill_id)
         current = current_revision(conn, skill.id)
@@ -235,15 +245,15 @@ def edit_skill(
         return EditResult(skill.id, current, False)
     settings = settings or get_settings()
     result = validate_skill(content, evidence, get_judge(settings), config.skill_max_content_chars)
-    if not result.ok or result.parsed is None:
+    if not result.ok or result.parsed is None or result.content != content:
         with engine.begin() as conn:
             record_event(
                 conn, skill, "edit_refused", actor=editor, from_status=skill.status, to_status=skill.status,
-                reason="; ".join(result.reasons), flow_run_id=flow_run_id,
+                reason="; ".join(result.reasons) or "not in canonical form", flow_run_id=flow_run_id,
                 details={"revision": current, "checks": dict(result.checks)},
             )  # fmt: skip
         log.info("edit of skill %s refused (%d reasons)", skill.id, len(result.reasons))
-        raise EditRefused(list(result.reasons))
+        raise EditRefused(list(result.reasons) or ["the SKILL.md is not in canonical form"])
     parsed = result.parsed
     new = current + 1
     diff = unified_diff(skill.content, content, f"{skill.id}@{current}", f"{skill.id}@{new}")

@@ -1,9 +1,11 @@
 """Roll a class back to an earlier version: that version ACTIVE again, the current one retired, one transaction.
 
 Only a version that was once ACTIVE (it has ``activated_at``) can come back; it is re-checked against the
-agent's current toolbox (staleness) and, for developer authority, the same rules as an activation. The
-live version of the class (if any) leaves first — ACTIVE is demoted, SHADOW/CANDIDATE rejected — with the
-reviewer's reason, its stamps released; then the earlier version is reinstated and stamps the class. The
+agent's current toolbox (staleness), its text against today's literal, injection and canonical-form checks
+(a version stored before a check existed may carry what it now refuses; docs/SECURITY.md) and, for
+developer authority, the same rules as an activation. The live version of the class (if any) leaves
+first — ACTIVE is demoted, SHADOW/CANDIDATE rejected — with the reviewer's reason (cleaned and redacted,
+``redact.clean_reason``), its stamps released; then the earlier version is reinstated and stamps the class. The
 unique ``live_key`` keeps a concurrent activation from leaving two live versions, and ``live_name_key`` another
 class's live skill from sharing the earlier version's name: such a rollback is refused with the holder named.
 """
@@ -19,7 +21,10 @@ from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.lifecycle.decisions import ActivationRefused, missing_tools, went_through_shadow
+from skillflow.lifecycle.revisions import source_evidence
+from skillflow.promotion.redact import clean_reason, structural_names
 from skillflow.promotion.refit import refresh_rule
+from skillflow.promotion.validation import class_tools, text_problems
 from skillflow.storage.schema import skillbox
 from skillflow.storage.skills import (
     InvalidTransition,
@@ -47,6 +52,12 @@ def rollback_problems(conn: Connection, target: SkillRecord, config: PromotionCo
         problems.append("tool removed: " + ", ".join(gone))
     if target.injection_role == "developer" and not (config.require_shadow and went_through_shadow(conn, target.id)):
         problems.append("developer authority requires require_shadow=True and a shadow review")
+    evidence = source_evidence(conn, target)
+    names = structural_names(evidence)
+    smuggled = text_problems(
+        target.content, class_tools(evidence) | set(target.tools or []), names, target.canonical_hash
+    )
+    problems += [f"v{target.version}'s text fails today's checks: {p}" for p in smuggled]
     holder = name_holder(conn, target.agent_id, target.user_id, target.name)
     if holder is not None and holder.canonical_hash != target.canonical_hash:  # the class's own live version leaves
         problems.append(
@@ -75,7 +86,7 @@ def rollback_skill(
     if not reason or not reason.strip():
         raise ValueError("a reason is required")
     config = config or load_promotion_config()
-    reason = reason.strip()
+    reason = clean_reason(reason) or "rolled back"
     try:
         restored, changed = _rollback(engine, skill_id, to_version, actor, reason, config, flow_run_id)
     except IntegrityError as exc:  # a concurrent store or activation took the class or the name meanwhile

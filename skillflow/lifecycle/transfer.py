@@ -4,10 +4,13 @@ Export writes ``DIR/<name>/SKILL.md`` (the stored text, byte for byte) and ``DIR
 (provenance, version, revision, evidence summary: counts and rates, never runs). The folder name is the
 skill name, as ``agentskills validate`` requires, so two exported skills may not share a name: narrow the
 export with ``--agent-id``/``--user-id``/``--status``. Import reads a folder with a ``SKILL.md`` or a folder
-of such folders; each skill goes through ``validate_skill`` like a distilled one (source ``imported``: no
-source runs, no source class) and lands as SHADOW, so activation still needs a reviewer. An imported skill's
-class key is ``imported-`` plus a hash of its name; importing the same text again is a no-op. A name another live
-skill of the tenant holds (distilled or imported) refuses the import: live names are unique per tenant.
+of such folders (a file over 1 MB is refused before it is read); the frontmatter is rewritten in its
+canonical form (comments dropped, docs/SECURITY.md) and each skill goes through ``validate_skill`` like a
+distilled one (source ``imported``: no source runs, no source class) and lands as SHADOW, so activation
+still needs a reviewer. An imported skill's class key is ``imported-`` plus a hash of its name; importing
+the same text again is a no-op. A name another live skill of the tenant holds (distilled or imported)
+refuses the import: live names are unique per tenant. The exporter's ``skill_id`` is recorded only when it
+has the id format.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import re
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +31,15 @@ from sqlalchemy.exc import IntegrityError
 
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
 from skillflow.kernel.models import InjectionRole, SkillStatus
-from skillflow.lifecycle.revisions import content_sha, current_revision, empty_stats, self_signature
+from skillflow.lifecycle.revisions import (
+    MAX_SKILL_MD_BYTES,
+    content_sha,
+    current_revision,
+    empty_stats,
+    self_signature,
+)
 from skillflow.promotion.evidence import Evidence
-from skillflow.promotion.skillmd import SkillMdError, parse_skill_md
+from skillflow.promotion.skillmd import SkillMdError, canonical_skill_md, parse_skill_md, shown_name
 from skillflow.storage.skills import (
     SkillRecord,
     insert_skill,
@@ -42,7 +54,8 @@ log = logging.getLogger("skillflow.lifecycle.transfer")
 METADATA_FILE = "skillflow.json"
 FORMAT = "skillflow-export/1"
 SOURCE_IMPORTED = "imported"
-MAX_SKILL_MD_BYTES = 1_000_000
+MAX_METADATA_BYTES = 100_000
+SKILL_ID = re.compile(r"[0-9a-f]{32}")  # kernel.models.new_id: uuid4 hex
 
 
 class ExportConflict(ValueError):
@@ -140,22 +153,32 @@ def skill_folders(src: Path) -> list[Path]:
     return sorted(p for p in src.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
 
 
-def _read(folder: Path) -> str:
-    data = (folder / "SKILL.md").read_bytes()
-    if len(data) > MAX_SKILL_MD_BYTES:
-        raise SkillMdError(f"SKILL.md is larger than {MAX_SKILL_MD_BYTES} bytes")
+def read_skill_file(path: Path, cap: int = MAX_SKILL_MD_BYTES) -> str:
+    """A SKILL.md's text, refused before it is read when larger than ``cap`` bytes: a regular file by its
+    size, anything else (a pipe, a device) by a read that stops at ``cap + 1`` bytes. Raises
+    ``SkillMdError`` (too large, not UTF-8) or ``OSError``."""
+    too_large = SkillMdError(f"{path.name} is larger than {cap} bytes")
+    with path.open("rb") as f:
+        info = os.fstat(f.fileno())
+        if stat.S_ISREG(info.st_mode) and info.st_size > cap:
+            raise too_large
+        data = f.read(cap + 1)
+    if len(data) > cap:
+        raise too_large
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SkillMdError("SKILL.md is not UTF-8") from exc
+        raise SkillMdError(f"{path.name} is not UTF-8") from exc
 
 
 def _origin(folder: Path) -> str | None:
+    """The exporting skill's id from ``skillflow.json``, kept only when it has the id format (uuid4 hex)."""
+    path = folder / METADATA_FILE
     try:
-        value = json.loads((folder / METADATA_FILE).read_text(encoding="utf-8")).get("skill_id")
+        value = json.loads(read_skill_file(path, MAX_METADATA_BYTES)).get("skill_id")
     except (OSError, ValueError, AttributeError):
         return None
-    return str(value)[:64] if value else None
+    return value if isinstance(value, str) and SKILL_ID.fullmatch(value) else None
 
 
 def import_skill(
@@ -178,10 +201,12 @@ def import_skill(
 
     label = folder.name
     try:
-        content = _read(folder)
+        content = canonical_skill_md(read_skill_file(folder / "SKILL.md"))
         parsed = parse_skill_md(content)
-    except (OSError, SkillMdError) as exc:
+    except SkillMdError as exc:
         return Imported(label, "refused", reasons=[f"SKILL.md: {exc}"])
+    except OSError as exc:
+        return Imported(label, "refused", reasons=[f"SKILL.md: cannot be read ({type(exc).__name__})"])
     key = import_class_key(parsed.name)
     with engine.connect() as conn:
         for existing in list_skills(conn, agent_id, user_id, canonical_hash=key):
@@ -195,8 +220,8 @@ def import_skill(
     settings = settings or get_settings()
     evidence = Evidence(empty_stats(agent_id, user_id, key), self_signature(content, toolbox), [], [], toolbox)
     result = validate_skill(content, evidence, get_judge(settings), config.skill_max_content_chars)
-    if not result.ok:
-        return Imported(label, "refused", reasons=list(result.reasons))
+    if not result.ok or result.content != content:
+        return Imported(label, "refused", reasons=list(result.reasons) or ["SKILL.md: not in canonical form"])
     embedder = get_embedder(embedder_name or settings.embedder)
     try:
         with engine.begin() as conn:
@@ -210,7 +235,7 @@ def import_skill(
             )  # fmt: skip
             record_event(
                 conn, skill, "imported", actor=actor, to_status=skill.status,
-                details={"source": SOURCE_IMPORTED, "folder": label, "content_sha256": content_sha(content),
+                details={"source": SOURCE_IMPORTED, "folder": shown_name(label), "content_sha256": content_sha(content),
                          "origin_skill_id": _origin(folder)},
             )  # fmt: skip
             write_skill_vectors(conn, skill, embedder, config.max_trigger_queries)

@@ -2,13 +2,16 @@
 
 A skill is injected with instruction authority (docs/SECURITY.md), so validation refuses one in which
 :func:`hijack_findings` finds anything, and trigger queries that trip it are never stored. The rules are
-deterministic and deliberately broad; the LLM judge is asked the same question (prompts/judge_v2.md).
+deterministic and deliberately broad; the LLM judge is asked the same question (prompts/judge_v2.md). The
+text is read through :func:`skillflow.kernel.textnorm.fold` first.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+
+from skillflow.kernel.textnorm import fold, unspace
 
 _NOUNS = (
     r"instructions?|rules?|polic(?:y|ies)|guidelines?|prompts?|directions?|directives?|constraints?|guardrails?"
@@ -65,12 +68,16 @@ def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
     ``bulk``, ``outside-tool``). A sentence that names one of ``tools`` (the class's tool sequence) may
     say "send"/"call"; it may still not address an outside party or a tool outside the sequence."""
     sequence = {t.casefold() for t in tools}
-    body = re.sub(r"[_]+", " ", text or "")
+    text = fold(text or "")  # homoglyphs, zero-width and tag characters read as what they show or hide
+    joined = unspace(text)
+    if joined != text:  # "i g n o r e   a l l": the spaced-out reading is checked as well
+        text = text + "\n" + joined
+    body = re.sub(r"[_]+", " ", text)
     kinds: set[str] = set()
     for kind, pattern in (("override", OVERRIDE), ("role", ROLE), ("addressed", ADDRESSED)):
         if pattern.search(body):
             kinds.add(kind)
-    for sentence in _SENTENCE.split(text or ""):
+    for sentence in _SENTENCE.split(text):
         spaced = sentence.replace("_", " ")
         names_tool = any(t and t in sentence.casefold() for t in sequence)
         if CONTACT.search(spaced) and not names_tool:

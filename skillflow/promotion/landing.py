@@ -141,7 +141,7 @@ def store_skill(
     from skillflow.injection.embeddings import get_embedder
 
     s = evidence.stats
-    parsed, content = validation.parsed, outcome.skill_md
+    parsed, content = validation.parsed, validation.content  # the canonical text the checks read, not the draft
     if not validation.ok or parsed is None or content is None:
         raise ValueError("store_skill takes only a distilled SKILL.md that passed validation")
     embedder = get_embedder(embedder_name or get_settings().embedder)

@@ -15,6 +15,7 @@ from typing import Any
 
 from skillflow.kernel.canonical import ERROR_KINDS
 from skillflow.kernel.models import EvidenceRun
+from skillflow.kernel.textnorm import strip_controls
 from skillflow.promotion import detectors
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.hijack import hijack_findings
@@ -30,6 +31,9 @@ MAX_KEY_WORDS = 3
 MAX_KEY_CHARS = 32
 MAX_ERROR_CLASS_WORDS = 4
 WITHHELD = "<withheld query>"
+WITHHELD_REASON = "<withheld reason>"
+MAX_REASON_CHARS = 500
+_VERSION_REF = re.compile(r"(?<![\w.])(v\d{1,3}(?:\.\d{1,3})?)(?![\w.])")
 
 _STOP_WORDS_TEXT = (
     "true false none null nil yes no ok okay n/a na unknown default empty other all any both each every "
@@ -341,6 +345,19 @@ def redact_text(text: str, literals: Iterable[str] = (), patterns: bool = True) 
     an instruction to the model (:func:`skillflow.promotion.hijack.hijack_findings`)."""
     redacted = redact_query(text, literals, patterns)
     return WITHHELD if hijack_findings(redacted) else redacted
+
+
+def clean_reason(text: str | None, max_chars: int = MAX_REASON_CHARS) -> str:
+    """An operator's free-text reason (``--reason``, a review note) as it may be stored: NFKC, control and
+    invisible characters removed, one line, redacted like a query (withheld whole when it reads as an
+    instruction to a model), at most ``max_chars`` characters."""
+    # Cut before redacting: the detectors' cost grows with the text, and only max_chars are kept anyway.
+    # Version references ("v2", "v1.3") are kept: reasons name them, and the id rule would take them.
+    parts = _VERSION_REF.split(strip_controls(text or "")[: 2 * max_chars])
+    redacted = "".join(p if i % 2 else redact_query(p) for i, p in enumerate(parts))
+    if hijack_findings(redacted):
+        return WITHHELD_REASON
+    return redacted if len(redacted) <= max_chars else redacted[: max_chars - 1].rstrip() + "…"
 
 
 def redacted_evidence(evidence: Evidence) -> dict[str, Any]:

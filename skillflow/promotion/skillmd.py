@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from skillflow.kernel.textnorm import safe_label
+from skillflow.promotion.detectors import literal_findings
+from skillflow.promotion.hijack import hijack_findings
+
 ALLOWED_KEYS = frozenset({"name", "description", "license", "compatibility", "metadata", "allowed-tools"})
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
@@ -57,6 +61,16 @@ def slugify(text: str, max_len: int = MAX_NAME) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", ascii_text.lower()).strip("-")
     slug = slug[:max_len].rstrip("-")
     return slug or "learned-skill"
+
+
+def shown_name(text: str) -> str:
+    """A key or tool name as a reason may quote it: a short plain label (``[a-z0-9_-]``, 40 characters)
+    that reads as neither an instruction nor a literal, else ``<name>`` (docs/SECURITY.md: reasons never
+    quote untrusted text)."""
+    label = safe_label(text)
+    if label is None or hijack_findings(label.replace("-", " ")) or literal_findings(label.replace("_", " ")):
+        return "<name>"
+    return label
 
 
 def _scalar(node: yaml.Node, where: str) -> str:
@@ -105,14 +119,17 @@ def parse_skill_md(text: str) -> ParsedSkill:
     for key_node, value_node in root.value:
         key = _scalar(key_node, "a frontmatter key")
         if key not in ALLOWED_KEYS:
-            raise SkillMdError(f"unexpected frontmatter key: {key}")
+            raise SkillMdError(f"unexpected frontmatter key: {shown_name(key)}")
         if key in values or (key == "metadata" and metadata):
             raise SkillMdError(f"duplicate frontmatter key: {key}")
         if key == "metadata":
             if not isinstance(value_node, yaml.MappingNode) or value_node.flow_style:
                 raise SkillMdError("metadata must be a block-style mapping of strings")
             for mk, mv in value_node.value:
-                metadata[_scalar(mk, "a metadata key")] = _scalar(mv, f"metadata value {mk.value!r}")
+                mkey = _scalar(mk, "a metadata key")
+                if not isinstance(mv, yaml.ScalarNode):  # the key is named only on this path: naming costs
+                    _scalar(mv, f"metadata value of {shown_name(mkey)}")
+                metadata[mkey] = str(mv.value)
             continue
         values[key] = _scalar(value_node, key).strip()
     name = values.get("name", "")
@@ -187,8 +204,23 @@ def render_skill_md(
 def with_metadata(text: str, extra: Mapping[str, str]) -> str:
     """The same skill with ``extra`` merged into its metadata (provenance stamping); body unchanged."""
     parsed = parse_skill_md(text)
-    merged = {**parsed.metadata, **extra}
-    body = text.split("---", 2)[2].lstrip("\r\n")
+    return _serialise(parsed, {**parsed.metadata, **extra}, text.split("---", 2)[2].lstrip("\r\n"))
+
+
+def canonical_skill_md(text: str) -> str:
+    """The stored form of a SKILL.md: the frontmatter rewritten from its parsed values (comments, tags,
+    anchors and escapes gone; every value quoted), the body unchanged. The pipeline's own output is a
+    fixed point, so an exported skill imports byte for byte. Raises ``SkillMdError``."""
+    return canonical_parse(text)[0]
+
+
+def canonical_parse(text: str) -> tuple[str, ParsedSkill]:
+    """:func:`canonical_skill_md` and the parsed skill (the same for the text and its canonical form)."""
+    parsed = parse_skill_md(text)
+    return _serialise(parsed, parsed.metadata, text.split("---", 2)[2].lstrip("\r\n")), parsed
+
+
+def _serialise(parsed: ParsedSkill, merged: Mapping[str, str], body: str) -> str:
     lines = ["---", f"name: {parsed.name}", f"description: {_quoted(parsed.description)}"]
     if parsed.license:
         lines.append(f"license: {_quoted(parsed.license)}")
@@ -196,7 +228,8 @@ def with_metadata(text: str, extra: Mapping[str, str]) -> str:
         lines.append(f"compatibility: {_quoted(parsed.compatibility)}")
     if parsed.allowed_tools:
         lines.append(f"allowed-tools: {_quoted(' '.join(parsed.allowed_tools))}")
-    lines.append("metadata:")
+    if merged:
+        lines.append("metadata:")
     for key, value in merged.items():
         lines.append(f"  {_quoted(key) if not re.fullmatch(r'[A-Za-z0-9_.-]+', key) else key}: {_quoted(value)}")
     return "\n".join([*lines, "---", "", body])

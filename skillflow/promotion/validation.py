@@ -4,8 +4,10 @@ Check names (``ValidationResult.checks`` keys) and reason strings are stable; re
 source value. Beyond the source-literal leak check, ``no_literal`` refuses ANY literal (email, URL, phone,
 card, date, id, secret, number of three or more digits, quoted credential) wherever it came from, and
 ``no_injection`` refuses a skill that tells the agent to contact an outside party, call a tool outside the
-class's sequence, ignore its instructions or change its role (docs/SECURITY.md). The judge only runs when
-every machine check passed, so a leaking or malformed skill is never sent to an LLM judge.
+class's sequence, ignore its instructions or change its role, or carries hidden characters (docs/SECURITY.md).
+The checks read the canonical text (``skillmd.canonical_skill_md``: frontmatter comments dropped) through
+``kernel.textnorm.fold``, and that text is what a passing result hands back to be stored. The judge only
+runs when every machine check passed, so a leaking or malformed skill is never sent to an LLM judge.
 ``TransientLLMError`` from an LLM judge propagates (the task retries it); any other judge error rejects.
 """
 
@@ -14,12 +16,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from skillflow.promotion.detectors import literal_findings
+from skillflow.kernel.textnorm import fold, hidden_kinds, strip_controls, unspace
+from skillflow.promotion.detectors import Finding, literal_findings
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.hijack import hijack_findings
 from skillflow.promotion.judge import Judge
-from skillflow.promotion.redact import find_literals, shape_of, source_literals, structural_names
-from skillflow.promotion.skillmd import ParsedSkill, SkillMdError, parse_skill_md, tool_mentions
+from skillflow.promotion.redact import WITHHELD_REASON, find_literals, shape_of, source_literals, structural_names
+from skillflow.promotion.skillmd import (
+    ParsedSkill,
+    SkillMdError,
+    canonical_parse,
+    shown_name,
+    tool_mentions,
+)
 
 TOOL_DUMP_RATIO = 0.5
 _CALL = re.compile(r"(?<![\w.`])([A-Za-z_][A-Za-z0-9_]*)\((?!s\))")
@@ -40,8 +49,19 @@ CHECKS = (
     "no_injection",
     "judge",
 )
-# Metadata the pipeline itself stamps (distill.provenance); every other field is model-written text.
+# Metadata the pipeline itself stamps (distill.provenance); every other field is model-written text. A
+# provenance value is exempt from the literal check only in its stamped format (imported and edited text
+# can carry any value under these keys): otherwise it is checked like model-written text.
 PROVENANCE_KEYS = frozenset({"source", "version", "canonical-hash", "distiller", "prompt-version"})
+_PROVENANCE_FORMAT = {
+    "source": re.compile(r"learned|imported"),
+    "version": re.compile(r"[1-9][0-9]{0,3}"),
+    "canonical-hash": re.compile(r"[0-9a-f]{64}|imported-[0-9a-f]{55}"),
+    "distiller": re.compile(r"[a-z][a-z0-9-]{0,31}(?::[A-Za-z0-9][A-Za-z0-9._:/-]{0,79})?"),
+    "prompt-version": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
+}
+_STAMPED_LITERAL_KINDS = frozenset({"id", "number"})
+MAX_JUDGE_REASON_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -50,6 +70,7 @@ class ValidationResult:
     reasons: list[str]
     checks: dict[str, bool] = field(default_factory=dict)
     parsed: ParsedSkill | None = None
+    content: str | None = None  # the canonical text every check read: the only form that may be stored
 
 
 _IDENTIFIER_LIKE = re.compile(r"[_\-.\d]|[a-z][A-Z]")
@@ -83,7 +104,7 @@ def tool_dump_ratio(description: str, tools: set[str]) -> float:
 
 def _machine_checks(
     skill_md: str, evidence: Evidence, max_chars: int
-) -> tuple[dict[str, bool], list[str], ParsedSkill | None]:
+) -> tuple[dict[str, bool], list[str], ParsedSkill | None, str | None]:
     checks: dict[str, bool] = {}
     reasons: list[str] = []
 
@@ -93,11 +114,13 @@ def _machine_checks(
             reasons.append(reason)
 
     check("size", len(skill_md) <= max_chars, f"content {len(skill_md)} chars > {max_chars}")
+    if not checks["size"]:  # parsing a huge text is the cost an oversized input is after
+        return checks, reasons, None, None
     try:
-        parsed = parse_skill_md(skill_md)
+        canonical, parsed = canonical_parse(skill_md)
     except SkillMdError as exc:
         check("frontmatter", False, f"frontmatter: {exc}")
-        return checks, reasons, None
+        return checks, reasons, None, None
     checks["frontmatter"] = True
     missing = [
         label
@@ -120,28 +143,39 @@ def _machine_checks(
         check("tools_resolve", False, "no tools declared in allowed-tools")
     else:
         unresolved = sorted(set(parsed.allowed_tools) - toolbox)
-        check("tools_resolve", not unresolved, f"declared tools not in toolbox: {', '.join(unresolved)}")
+        shown = ", ".join(sorted({shown_name(t) for t in unresolved}))
+        check("tools_resolve", not unresolved, f"declared tools not in toolbox: {shown}")
     known = toolbox | {str(u.get("tool")) for u in evidence.signature}
     undeclared = undeclared_tools(parsed, known)
-    check("no_undeclared_tools", not undeclared, f"undeclared tools referenced: {', '.join(undeclared[:10])}")
+    shown = ", ".join(sorted({shown_name(t) for t in undeclared})[:10])
+    check("no_undeclared_tools", not undeclared, f"undeclared tools referenced: {shown}")
     ratio = tool_dump_ratio(parsed.description, known | set(parsed.allowed_tools))
     check(
         "description_intent",
         ratio <= TOOL_DUMP_RATIO,
         f"description is a tool-name dump ({ratio:.0%} tool-name tokens)",
     )
-    leaked = find_literals(skill_md, source_literals(evidence))
+    literals = source_literals(evidence)
+    leaked = set(find_literals(canonical, literals)) | set(find_literals(fold(canonical), literals))
     kinds = ", ".join(sorted({shape_of(v) for v in leaked}))
     check("no_literal_leak", not leaked, f"leaked {len(leaked)} literal value(s) from source runs ({kinds})")
-    text = skill_text(parsed)
-    found = literal_findings(text, structural_names(evidence))
+    text = fold(skill_text(parsed, evidence.stats.canonical_hash))
+    found = _literals(text, structural_names(evidence))
     found_kinds = ", ".join(sorted({f.kind for f in found}))
     check("no_literal", not found, f"contains {len(found)} literal(s) ({found_kinds}); only shapes are allowed")
     sequence = class_tools(evidence)
     outside = sorted(set(parsed.allowed_tools) - sequence)
-    hijack = hijack_findings(text, sequence) + (["outside-tool"] if outside else [])
+    hidden = [f"hidden-{kind}" for kind in hidden_kinds(skill_md + canonical)]
+    hijack = hijack_findings(text, sequence) + (["outside-tool"] if outside else []) + hidden
     check("no_injection", not hijack, f"instruction hijack ({', '.join(sorted(set(hijack)))})")
-    return checks, reasons, parsed
+    return checks, reasons, parsed, canonical
+
+
+def _literals(text: str, names: set[str]) -> list[Finding]:
+    """``literal_findings`` of the folded text and of its spaced-out reading (``4 1 1 1 …``)."""
+    found = literal_findings(text, names)
+    joined = unspace(text)
+    return found + literal_findings(joined, names) if joined != text else found
 
 
 def class_tools(evidence: Evidence) -> set[str]:
@@ -152,13 +186,30 @@ def class_tools(evidence: Evidence) -> set[str]:
     return {t for t in tools if t}
 
 
-def skill_text(parsed: ParsedSkill) -> str:
+def stamped(key: str, value: str, canonical_hash: str | None = None) -> bool:
+    """Whether a provenance value is in the format the pipeline stamps it (then it is not model text):
+    the class's own hash, or a closed format that reads as neither an instruction nor a literal other
+    than an identifier."""
+    if key == "canonical-hash" and canonical_hash and value == canonical_hash:
+        return True
+    fmt = _PROVENANCE_FORMAT.get(key)
+    if fmt is None or not fmt.fullmatch(value):
+        return False
+    if key in ("source", "version"):  # closed formats: no room for a word or a literal
+        return True
+    if hijack_findings(re.sub(r"[-_.:/]+", " ", value)):
+        return False
+    return all(f.kind in _STAMPED_LITERAL_KINDS for f in literal_findings(value))
+
+
+def skill_text(parsed: ParsedSkill, canonical_hash: str | None = None) -> str:
     """Every model-written field of a skill, one per line: name, description, license, compatibility,
-    metadata keys and values (preconditions included; the stamped provenance excluded) and the body."""
+    metadata keys and values (preconditions included; provenance values in their stamped format
+    excluded, see :func:`stamped`) and the body."""
     meta = [
         v if re.fullmatch(r"precondition-\d+", k) else f"{k}: {v}"
         for k, v in parsed.metadata.items()
-        if k not in PROVENANCE_KEYS
+        if not (k in PROVENANCE_KEYS and stamped(k, v, canonical_hash))
     ]
     fields = [parsed.name, parsed.description, parsed.license or "", parsed.compatibility or "", *meta, parsed.body]
     return "\n".join(f for f in fields if f)
@@ -166,13 +217,13 @@ def skill_text(parsed: ParsedSkill) -> str:
 
 def validate_skill(skill_md: str, evidence: Evidence, judge: Judge, max_chars: int) -> ValidationResult:
     """Run every mandatory check; the judge runs (and must approve) only when all machine checks pass."""
-    checks, reasons, parsed = _machine_checks(skill_md, evidence, max_chars)
-    if reasons:
+    checks, reasons, parsed, canonical = _machine_checks(skill_md, evidence, max_chars)
+    if reasons or canonical is None:
         return ValidationResult(False, reasons, checks, parsed)
     from skillflow.promotion.llm import TransientLLMError
 
     try:
-        verdict = judge.judge(skill_md, evidence)
+        verdict = judge.judge(canonical, evidence)
     except TransientLLMError:
         raise
     except Exception as exc:  # noqa: BLE001 - fail-closed: any judge error is a rejection with its type
@@ -180,5 +231,36 @@ def validate_skill(skill_md: str, evidence: Evidence, judge: Judge, max_chars: i
         return ValidationResult(False, [f"judge: error ({type(exc).__name__})"], checks, parsed)
     checks["judge"] = verdict.approve
     if not verdict.approve:
-        return ValidationResult(False, verdict.reasons or ["judge: rejected"], checks, parsed)
-    return ValidationResult(True, [], checks, parsed)
+        names = structural_names(evidence)
+        shown = [judge_reason(r, names) for r in verdict.reasons]
+        return ValidationResult(False, shown or ["judge: rejected"], checks, parsed)
+    return ValidationResult(True, [], checks, parsed, canonical)
+
+
+def judge_reason(reason: str, names: set[str]) -> str:
+    """A judge's reason as it may be stored: one line, capped, withheld when it quotes a literal or an
+    instruction (an LLM judge has read the skill and may repeat it)."""
+    text = strip_controls(reason)
+    if hijack_findings(text) or literal_findings(text.removeprefix("judge:"), names):
+        return f"judge: {WITHHELD_REASON}"
+    return text if len(text) <= MAX_JUDGE_REASON_CHARS else text[: MAX_JUDGE_REASON_CHARS - 1] + "…"
+
+
+def text_problems(content: str, tools: set[str], names: set[str], canonical_hash: str | None = None) -> list[str]:
+    """The literal and injection checks alone over a stored text (a version a rollback would reinstate):
+    reasons, empty when it passes. Never quotes the text."""
+    try:
+        canonical, parsed = canonical_parse(content)
+    except SkillMdError as exc:
+        return [f"frontmatter: {exc}"]
+    text = fold(skill_text(parsed, canonical_hash))
+    problems: list[str] = []
+    if canonical != content:  # frontmatter comments, tags or escapes: text no check has read
+        problems.append("frontmatter not in canonical form")
+    found = _literals(text, names)
+    if found:
+        problems.append(f"contains {len(found)} literal(s) ({', '.join(sorted({f.kind for f in found}))})")
+    hijack = hijack_findings(text, tools) + [f"hidden-{kind}" for kind in hidden_kinds(content)]
+    if hijack:
+        problems.append(f"instruction hijack ({', '.join(sorted(set(hijack)))})")
+    return problems

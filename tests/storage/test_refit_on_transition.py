@@ -67,7 +67,8 @@ def _skill(engine: Engine, chash: str, name: str, status: SkillStatus, tools: li
             canonical_hash=chash,
             name=name,
             description=f"{name} procedure",
-            content=f"BODY[{name}]",
+            # Canonical SKILL.md text: a rollback re-checks the text it reinstates.
+            content=f'---\nname: {name}\ndescription: "{name} procedure"\n---\n\nFollow the {name} procedure.\n',
             status=SkillStatus.SHADOW,
             injection_role=InjectionRole.USER,
             tools=tools,

@@ -12,13 +12,26 @@ from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
+from skillflow.promotion.redact import clean_reason
 from skillflow.storage.schema import skillbox
 from skillflow.storage.skills import InvalidTransition, SkillRecord
 
 DEPLOYMENT = "activation-review/activation-review"
 IdArg = Annotated[str, typer.Argument(help="Skill id (or a unique prefix of at least 6 characters).")]
 ActorOption = Annotated[str | None, typer.Option("--actor", help="Who decides (default: cli:<login name>).")]
-ReasonOption = Annotated[str, typer.Option("--reason", help="Why (stored on the skill and in its event).")]
+
+
+def _clean_reason(value: str) -> str:
+    """A ``--reason`` as it is stored (docs/SECURITY.md): reasons reach events, history and the distiller."""
+    return clean_reason(value)
+
+
+ReasonOption = Annotated[
+    str,
+    typer.Option(
+        "--reason", help="Why (stored on the skill and in its event; cleaned and redacted).", callback=_clean_reason
+    ),
+]
 
 
 def _actor(actor: str | None) -> str:

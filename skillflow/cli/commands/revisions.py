@@ -27,22 +27,33 @@ def _editor_text(initial: str) -> str:
         path.write_text(initial, encoding="utf-8")
         if subprocess.call([*shlex.split(editor), str(path)]) != 0:
             fail(f"editor {editor!r} exited with an error; nothing changed")
-        return path.read_text(encoding="utf-8")
+        from skillflow.lifecycle.transfer import read_skill_file
+        from skillflow.promotion.skillmd import SkillMdError
+
+        text = ""
+        try:
+            text = read_skill_file(path)
+        except (OSError, SkillMdError) as exc:
+            fail(f"cannot read the edited file: {exc}")
+        return text
 
 
 @app.command("edit")
 def edit_cmd(
     skill_id: IdArg,
     file: Annotated[
-        Path | None, typer.Option("--file", help="The corrected SKILL.md (default: open $EDITOR on the current one).")
+        Path | None,
+        typer.Option("--file", help="The corrected SKILL.md, at most 1 MB (default: open $EDITOR on the current one)."),
     ] = None,
-    reason: Annotated[str, typer.Option("--reason", help="Why (stored with the revision).")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="Why (stored with the revision, cleaned and redacted).")] = "",
     actor: ActorOption = None,
     db: DbOption = None,
     json: JsonOption = False,
 ) -> None:
     """Correct a SHADOW skill before activation: validated like a distilled one, stored as a new revision."""
     from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_skill
+    from skillflow.lifecycle.transfer import read_skill_file
+    from skillflow.promotion.skillmd import SkillMdError
     from skillflow.storage.skills import get_skill
 
     engine = engine_for(db)
@@ -52,8 +63,8 @@ def edit_cmd(
         seen = current_revision(conn, full)
     if file is not None:
         try:
-            text = file.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            text = read_skill_file(file)
+        except (OSError, SkillMdError) as exc:
             fail(f"cannot read {file}: {exc}")
             return
     else:

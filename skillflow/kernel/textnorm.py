@@ -1,0 +1,125 @@
+"""One Unicode normalisation for every text check: what a reader sees, not how it was encoded.
+
+``fold`` is the form the literal and injection checks read (docs/SECURITY.md, "Smuggling"): NFKD
+compatibility forms (fullwidth, mathematical letters, ligatures), combining marks dropped, invisible
+format characters dropped, Unicode tag characters decoded to the ASCII they hide, Cyrillic/Greek letters
+that look Latin folded to Latin, every space separator a plain space. ``hidden_kinds`` names the
+characters a stored skill may not carry at all (tag, bidi, zero-width/format, variation selector,
+control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+_TAG_FIRST, _TAG_LAST = 0xE0000, 0xE007F
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Letters without a decomposition that render as blanks (Hangul fillers, braille blank).
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_CONFUSABLES_TEXT = (
+    # Cyrillic
+    "аa вb сc еe ёe һh іi їi јj кk мm нh оo рp ѕs тt уy хx ԁd ԛq ԝw ӏl ѵv ɡg "
+    "АA ВB СC ЕE ЁE НH ІI ЇI ЈJ КK МM ОO РP ЅS ТT УY ХX ԀD ԚQ ԜW ӀI ѴV "
+    # Greek
+    "αa βb γy εe ηn ιi κk νv οo ρp τt υu χx ωw "
+    "ΑA ΒB ΕE ΖZ ΗH ΙI ΚK ΜM ΝN ΟO ΡP ΤT ΥY ΧX "
+    # Latin look-alikes and slashes/brackets that do not decompose
+    "ıi ȷj ʟl ɪi ⁄/ ∕/ ⧸/ ‹< ›> ˂< ˃> ❮< ❯> ⟨< ⟩> 〈< 〉> ᐸ< ᐳ>"
+)
+CONFUSABLES: dict[str, str] = {pair[0]: pair[1] for pair in _CONFUSABLES_TEXT.split()}
+_LINE_BREAKS = frozenset("\u2028\u2029\x85")
+
+
+def _is_variation_selector(cp: int) -> bool:
+    return 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF or 0x180B <= cp <= 0x180D
+
+
+@lru_cache(maxsize=8192)
+def _fold_char(ch: str) -> str:
+    cp = ord(ch)
+    if _TAG_FIRST + 0x20 <= cp <= _TAG_FIRST + 0x7E:
+        return chr(cp - _TAG_FIRST)  # decoded, so the checks read the hidden instruction
+    category = unicodedata.category(ch)
+    if category == "Cf" or _is_variation_selector(cp) or ch in _BLANK_LETTERS:
+        return ""
+    if ch in _LINE_BREAKS:
+        return "\n"
+    if category == "Zs":
+        return " "
+    if category == "Cc":
+        return ch if ch in "\t\n\r" else " "
+    out = []
+    for part in unicodedata.normalize("NFKD", ch):
+        if unicodedata.category(part)[0] == "M":
+            continue
+        out.append(CONFUSABLES.get(part, part))
+    return "".join(out)
+
+
+def fold(text: str) -> str:
+    """The text as the checks read it (see the module docstring); ASCII text is returned unchanged."""
+    if text.isascii():
+        return text
+    return unicodedata.normalize("NFC", "".join(ch if ch < "\x80" else _fold_char(ch) for ch in text))
+
+
+_SPACED_OUT = re.compile(r"(?<!\w)(?:\w[ \t])+\w(?!\w)")
+
+
+def unspace(text: str) -> str:
+    """``text`` with runs of two or more single letters or digits separated by single spaces joined
+    (``i g n o r e`` → ``ignore``; a wider gap stays a word break): the checks read both forms."""
+    return _SPACED_OUT.sub(lambda m: "".join(m.group(0).split()), text)
+
+
+def squeeze(text: str) -> str:
+    """``fold`` with every whitespace run removed and case folded: for spotting tags written apart."""
+    return re.sub(r"\s+", "", fold(text)).casefold()
+
+
+@lru_cache(maxsize=8192)
+def _hidden_kind(ch: str) -> str | None:
+    cp = ord(ch)
+    if _TAG_FIRST <= cp <= _TAG_LAST:
+        return "tag"
+    if ch in _BIDI:
+        return "bidi"
+    if _is_variation_selector(cp):
+        return "variation-selector"
+    category = unicodedata.category(ch)
+    if category == "Cf" or ch in _BLANK_LETTERS:
+        return "invisible"
+    if category == "Cc" and ch not in "\t\n\r":
+        return "control"
+    return None
+
+
+_ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def hidden_kinds(text: str) -> list[str]:
+    """Kinds of invisible or control characters in ``text`` (``tag``, ``bidi``, ``invisible``,
+    ``variation-selector``, ``control``), sorted; empty when there are none."""
+    kinds = {"control"} if _ASCII_CONTROL.search(text) else set()
+    if not text.isascii():
+        kinds.update(k for ch in set(text) if ch >= "\x80" and (k := _hidden_kind(ch)) is not None)
+    return sorted(kinds)
+
+
+def strip_controls(text: str) -> str:
+    """NFKC with every format, control (newlines and tabs too) and variation-selector character removed
+    and whitespace runs collapsed: a one-line free text as it may be stored (reasons, labels)."""
+    text = unicodedata.normalize("NFKC", text)
+    kept = "".join(" " if ch in "\t\n\r" else ch for ch in text if ch in "\t\n\r" or _hidden_kind(ch) is None)
+    return " ".join(kept.split())
+
+
+def safe_label(text: str, max_chars: int = 40) -> str | None:
+    """``text`` as a short label (``[a-z0-9_-]``, at most ``max_chars``) when folding it loses nothing but
+    case; else None. Callers still run their own instruction and literal checks on the result."""
+    folded = fold(text).strip().casefold()
+    if not folded or len(folded) > max_chars or not re.fullmatch(r"[a-z0-9_-]+", folded):
+        return None
+    return folded
