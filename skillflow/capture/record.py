@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -10,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select
 
-from skillflow.capture.outcome import Evaluator, Workflow, resolve_outcome
+from skillflow.capture.outcome import ConversationOutcome, Evaluator, Workflow, apply_conversation, resolve_outcome
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, new_id, utcnow
@@ -40,10 +41,22 @@ class CaptureResult:
     spooled: bool = False
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(value: str) -> str:
+    """``value`` encodable as UTF-8 and storable everywhere: NUL and lone surrogates become U+FFFD."""
+    value = value.replace("\x00", "\ufffd")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (e.g. from ``surrogateescape``) fails every driver and the spool
+        value = _SURROGATE.sub("\ufffd", value)
+    return value
+
+
 def _clean_str(value: str, limit: int = MAX_STRING_CHARS) -> str:
     # NUL cannot be stored in PostgreSQL text; other control characters are kept as data.
-    value = value.replace("\x00", "\ufffd")
-    return value if len(value) <= limit else value[:limit] + TRUNCATED
+    return clean_text(value if len(value) <= limit else value[:limit] + TRUNCATED)
 
 
 def safe_str(value: Any, limit: int = MAX_STRING_CHARS, *, use_repr: bool = False) -> str:
@@ -112,7 +125,7 @@ def _tenant(name: str, value: Any) -> str:
         raise RunValidationError(f"{name} must be a non-empty string")
     if len(value) > MAX_TENANT_CHARS:
         raise RunValidationError(f"{name} is longer than {MAX_TENANT_CHARS} characters")
-    return value
+    return clean_text(value)
 
 
 def _step(raw: Any, index: int) -> Step:
@@ -142,7 +155,7 @@ def _step(raw: Any, index: int) -> Step:
         ts = None
     error_class = step.error_class
     return Step(
-        tool=step.tool.strip(),
+        tool=clean_text(step.tool.strip()),
         arguments=sanitize(step.arguments),
         result=sanitize(step.result),
         error=error or None,
@@ -178,7 +191,7 @@ def _skill_ids(value: Any) -> tuple[str, ...]:
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise RunValidationError("skills_activated must be an iterable of skill ids")
     try:
-        return tuple(s for s in list(value)[:1000] if isinstance(s, str) and len(s) <= MAX_ID_CHARS)
+        return tuple(clean_text(s) for s in list(value)[:1000] if isinstance(s, str) and len(s) <= MAX_ID_CHARS)
     except Exception:  # noqa: BLE001 - an iterable that fails while iterating
         raise RunValidationError("skills_activated could not be read") from None
 
@@ -254,7 +267,7 @@ def normalize_conversation_id(value: Any) -> str | None:
         return None
     if not isinstance(value, str) or len(value) > MAX_TENANT_CHARS or any(ord(ch) < 32 for ch in value):
         raise RunValidationError(f"conversation_id must be a string of at most {MAX_TENANT_CHARS} characters")
-    return value
+    return clean_text(value)
 
 
 def _segment_index(value: Any) -> int | None:
@@ -271,8 +284,12 @@ def write_run(
     run: RunInput,
     config: PromotionConfig,
     evaluator: Evaluator | None = None,
+    conversation: ConversationOutcome | None = None,
 ) -> CaptureResult:
     """Insert one normalized run (idempotent on ``run_id``) with identity, outcome, stamp and outbox flag.
+
+    ``conversation`` (a procedure of a recorded conversation) decides the business outcome instead of
+    ``evaluator``: :func:`skillflow.capture.outcome.apply_conversation`.
 
     The outbox flag does not depend on the agent's ``shadow_evaluation_enabled``: an agent started in
     another working directory reads another (or no) config file, so the shadow-evaluation flow decides.
@@ -310,7 +327,11 @@ def write_run(
         canonical_hash=chash,
         metadata=run.metadata,
     )
-    resolution = resolve_outcome(workflow, evaluator)
+    resolution = (
+        apply_conversation(execution, conversation)
+        if conversation is not None
+        else resolve_outcome(workflow, evaluator)
+    )
     tenant = and_(skillbox.c.agent_id == run.agent_id, skillbox.c.user_id == run.user_id)
     active_ids: tuple[str, ...] = ()
     if run.skills_activated:

@@ -11,12 +11,15 @@ workflow items without any provenance are always dropped. The caller's lists are
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from skillflow.injection.guard import clean, json_safe, safe_text
 from skillflow.injection.retrieval import ScoredSkill
 from skillflow.kernel.models import InjectionRole, SkillStatus
+from skillflow.kernel.textnorm import squeeze
 
 Provider = Literal["openai", "anthropic", "ollama", "openai-compatible"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "ollama", "openai-compatible")
@@ -80,7 +83,7 @@ def _field(item: Any, *names: str) -> Any:
 
 def workflow_id(item: Any) -> str | None:
     value = _field(item, "id", "workflow_id", "run_id")
-    return str(value) if value is not None else None
+    return safe_text(value) if value is not None else None
 
 
 def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) -> tuple[list[Any], int]:
@@ -95,12 +98,18 @@ def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) ->
     kept: list[Any] = []
     dropped = 0
     for item in workflows:
-        wid = workflow_id(item)
-        chash = _field(item, "canonical_hash")
-        covered = (
-            _field(item, "promoted_skill_id") in skill_ids or (chash is not None and chash in hashes) or wid in sources
-        )
-        unprovable = bool(skills) and chash is None
+        try:
+            wid = workflow_id(item)
+            chash = _field(item, "canonical_hash")
+            covered = (
+                _field(item, "promoted_skill_id") in skill_ids
+                or (chash is not None and chash in hashes)
+                or wid in sources
+            )
+            unprovable = bool(skills) and chash is None
+        except Exception:  # noqa: BLE001 - an item that cannot be read has no provable provenance
+            wid = chash = None
+            covered = unprovable = True
         if covered or unprovable or (wid is None and chash is None):
             dropped += 1
         else:
@@ -108,9 +117,39 @@ def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) ->
     return kept, dropped
 
 
+# "<" and the characters that fold to it or read as it; a frame tag behind one is made inert.
+_OPENERS = re.compile(
+    "[<\uff1c\ufe64\u2039\u02c2\u276e\u27e8\u3008\u2329\u1438]"
+    "(?=[^A-Za-z0-9>]{0,256}[/sScC\u0080-\U0010ffff])"  # cheap filter: "<id>", "<email>" never reach escape()
+)
+_ASCII_FRAME = re.compile(r"<(?=\s*/?\s*(?:skill|context)(?![a-z0-9_-]))", re.IGNORECASE)
+_FRAME_TAG = re.compile(r"/?(?:skill|context)(?![a-z0-9_-])")
+_ASCII_TAG = re.compile(r"\s*/?\s*(?:skill|context)(?![a-z0-9_-])", re.IGNORECASE)
+_ASCII_LEAD = re.compile(r"[\x00-\x7f]*")
+_TAGS = ("/skill", "/context", "skill", "context")
+_WINDOW = 256
+_LEAD = 16
+
+
 def _inert(text: str) -> str:
-    # Content may not close the frame it is placed in.
-    return text.replace("</skill", "<\\/skill").replace("</context", "<\\/context")
+    """``text`` with every ``<skill``/``<context`` tag, opening or closing, in any case, spacing or
+    look-alike spelling (fullwidth, zero-width inside, homoglyphs) turned into ``&lt;…``: content may
+    neither close nor open the frame it is placed in (docs/SECURITY.md, "Frame escapes")."""
+    if text.isascii():
+        return _ASCII_FRAME.sub("&lt;", text)
+
+    def escape(m: re.Match[str]) -> str:
+        window = text[m.end() : m.end() + _WINDOW]
+        if _ASCII_TAG.match(window):
+            return "&lt;"
+        lead = _ASCII_LEAD.match(window, 0, _LEAD)
+        head = lead.group(0) if lead is not None else ""
+        spelled = "".join(head.split()).casefold()
+        if len(head) == _LEAD or not any(tag.startswith(spelled) for tag in _TAGS):
+            return m.group(0)  # the ASCII run already read is no tag's beginning
+        return "&lt;" if _FRAME_TAG.match(squeeze(window)) else m.group(0)
+
+    return _OPENERS.sub(escape, text)
 
 
 def render_skill(skill: ScoredSkill) -> str:
@@ -122,23 +161,29 @@ def render_skill(skill: ScoredSkill) -> str:
 
 
 def _render_memory(item: Any) -> str:
-    text = item if isinstance(item, str) else _field(item, "content", "text", "memory")
-    return "- " + _inert(str(text if text is not None else item)).replace("\n", "\n  ")
+    try:
+        text = item if isinstance(item, str) else _field(item, "content", "text", "memory")
+    except Exception:  # noqa: BLE001 - an item whose fields cannot be read is rendered as itself
+        text = None
+    return "- " + _inert(safe_text(text if text is not None else item)).replace("\n", "\n  ")
 
 
 def _render_workflow(item: Any) -> str:
-    wid = workflow_id(item) or "-"
-    query = _field(item, "query")
-    tools = _field(item, "tool_sequence")
-    outcome = _field(item, "outcome")
-    parts = [f"- workflow {wid}"]
-    if outcome:
-        parts.append(f"outcome={outcome}")
-    if tools:
-        parts.append(f"tools={tools}")
-    if query:
-        parts.append(f"request={query!r}")
-    return _inert(" ".join(str(p) for p in parts))
+    try:
+        wid = workflow_id(item) or "-"
+        query = _field(item, "query")
+        tools = _field(item, "tool_sequence")
+        outcome = _field(item, "outcome")
+        parts = [f"- workflow {wid}"]
+        if outcome:
+            parts.append("outcome=" + safe_text(outcome))
+        if tools:
+            parts.append("tools=" + safe_text(tools))
+        if query:
+            parts.append(f"request={safe_text(query)!r}")
+    except Exception:  # noqa: BLE001 - a record whose fields cannot be read shows no fields
+        parts = ["- workflow -"]
+    return _inert(" ".join(parts))
 
 
 def assemble(
@@ -162,16 +207,18 @@ def assemble(
         blocks.append(_MEMORY_HEADER + "\n" + "\n".join(_render_memory(m) for m in memories))
     if kept:
         blocks.append(_WORKFLOW_HEADER + "\n" + "\n".join(_render_workflow(w) for w in kept))
+    query = clean(query)
     user = query
     if blocks:
         user = "<context>\n" + "\n\n".join(blocks) + "\n</context>\n\nRequest:\n" + query
     developer = None
     if dev_skills:
         developer = _DEV_SKILL_HEADER + "\n\n" + "\n\n".join(render_skill(s) for s in dev_skills)
-    system = SYSTEM_CONTRACT if not system_prompt else system_prompt.rstrip() + "\n\n" + SYSTEM_CONTRACT
+    system = SYSTEM_CONTRACT if not system_prompt else clean(system_prompt).rstrip() + "\n\n" + SYSTEM_CONTRACT
     return Assembled(
         system=system,
-        history=tuple(copy.deepcopy(dict(m)) for m in history),
+        # A copy as strict JSON: the caller's messages are never mutated, and what reaches the SDK encodes.
+        history=tuple(json_safe(dict(m)) for m in history),
         developer=developer,
         user=user,
         skills=tuple(user_skills + dev_skills),

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def normalize_url(url: str) -> str:
@@ -21,18 +28,23 @@ def normalize_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     cur.close()
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """A new engine; SQLite files get their folder, WAL and a busy timeout."""
+def make_engine(
+    url: str, *, connect_timeout: int | None = None, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kwargs: Any
+) -> Engine:
+    """A new engine; SQLite files get their folder, WAL and a busy timeout; ``connect_timeout`` (seconds)
+    bounds a PostgreSQL connection attempt (psycopg's own default is 130 s)."""
     url = normalize_url(url)
     parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and connect_timeout is not None:
+        kwargs["connect_args"] = {"connect_timeout": connect_timeout, **kwargs.get("connect_args", {})}
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
         if database in ("", ":memory:"):
@@ -42,7 +54,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, **kwargs)
         if database not in ("", ":memory:"):
-            event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))
         return engine
     kwargs.setdefault("pool_pre_ping", True)
     return create_engine(url, **kwargs)
@@ -52,3 +64,96 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 def cached_engine(url: str) -> Engine:
     """One engine per URL per process (tasks take URLs, never engines)."""
     return make_engine(url)
+
+
+@lru_cache(maxsize=16)
+def capture_engine(url: str, connect_timeout: int, timeout_seconds: float) -> Engine:
+    """The agent runtime's engine: connects within ``connect_timeout`` s, waits on a SQLite lock at most
+    ``timeout_seconds``, and pings nothing on checkout (a ping to a stalled server would block outside
+    :func:`deadline`; the runtime retries once on a stale connection instead)."""
+    return make_engine(
+        url,
+        connect_timeout=connect_timeout,
+        busy_timeout_ms=max(1, int(timeout_seconds * 1000)),
+        pool_pre_ping=False,
+    )
+
+
+class Deadline:
+    """A wall-clock bound on one unit of database work; :meth:`fire` aborts every connection it holds."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._lock = threading.Lock()
+        self._conns: list[Any] = []
+
+    def attach(self, dbapi_conn: Any) -> None:
+        with self._lock:
+            self._conns.append(dbapi_conn)
+            fired = self.fired
+        if fired:
+            _abort(dbapi_conn)
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            conns = list(self._conns)
+        for conn in conns:
+            _abort(conn)
+
+
+_active = threading.local()
+
+
+def _abort(dbapi_conn: Any) -> None:
+    """Make a blocked call on ``dbapi_conn`` return with an error (the connection is then discarded)."""
+    try:
+        if hasattr(dbapi_conn, "interrupt"):  # sqlite3: abort the running statement
+            dbapi_conn.interrupt()
+        elif hasattr(dbapi_conn, "pgconn"):  # psycopg: a server that never answers gets its socket shut
+            sock = socket.socket(fileno=os.dup(dbapi_conn.pgconn.socket))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.close()
+    except Exception:  # noqa: BLE001 - the connection may already be closed; nothing left to abort
+        pass
+
+
+def _attach(dbapi_conn: Any, *_: Any) -> None:
+    current = getattr(_active, "deadline", None)
+    if current is not None:
+        current.attach(dbapi_conn)
+
+
+@contextmanager
+def deadline(engine: Engine, seconds: float) -> Iterator[Deadline]:
+    """Abort this thread's connections of ``engine`` still busy after ``seconds`` (docs/RELIABILITY.md).
+
+    A blocked statement then raises ``OperationalError``: a server that accepted the connection but stalls
+    mid-query cannot hold the caller longer than the bound. SQLite statements are interrupted; PostgreSQL
+    (psycopg) connections get their socket shut. A connection attempt is bounded by the engine's
+    ``connect_timeout`` instead.
+    """
+    if not event.contains(engine, "checkout", _attach):
+        # A new connection runs the dialect's first queries before it is checked out: attach it first.
+        event.listen(engine, "first_connect", _attach, insert=True)
+        event.listen(engine, "connect", _attach, insert=True)
+        event.listen(engine, "checkout", _attach)
+    bound = Deadline()
+    previous = getattr(_active, "deadline", None)
+    _active.deadline = bound
+    timer = threading.Timer(seconds, bound.fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield bound
+    finally:
+        timer.cancel()
+        _active.deadline = previous
+
+
+def set_statement_timeout(conn: Connection, seconds: float) -> None:
+    """Inside a transaction: PostgreSQL cancels a statement of it still running after ``seconds``."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")

@@ -174,6 +174,7 @@ ARBITRARY = st.fixed_dictionaries(
 )
 
 
+# 200 examples whatever the profile: the count test below needs both branches many times over (~6 s).
 @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 @given(bad=st.sets(st.sampled_from(FIELDS), max_size=len(FIELDS)), valid=VALID, arbitrary=ARBITRARY)
 def test_record_run_returns_a_result_for_any_value(

@@ -1,0 +1,143 @@
+"""What ``prepare`` accepts: its arguments read without raising, and values made strict, encodable JSON.
+
+A wrong-typed argument is not an exception for the agent: it is recorded as a problem (naming the
+parameter, never its value) and the turn degrades to a request without skills (docs/guide/runtime.md,
+"When prepare degrades"). Values inside messages are coerced (:func:`json_safe`), never refused.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from skillflow.injection.conversation import Conversation
+
+MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean(text: str) -> str:
+    """``text`` that encodes as UTF-8: a lone surrogate becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def safe_text(value: Any) -> str:
+    """Text for any value, never raising: bytes decode as UTF-8 (errors replaced), a failing ``__str__``
+    becomes ``<unprintable T>``."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", "replace")
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - a caller's object whose __str__ raises
+        return f"<unprintable {type(value).__name__}>"
+    return clean(text) if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+
+
+def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) -> Any:
+    """A strict-JSON copy: NaN/inf → null, bytes → ``<n bytes>``, sets/tuples → lists, keys → text, other
+    objects → their text, cycles → ``<cycle>``, nesting deeper than 50 → ``<nested too deep>``."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, bytes | bytearray):
+        return f"<{len(value)} bytes>"
+    if _depth > 50:
+        return "<nested too deep>"
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        if id(value) in _path:
+            return "<cycle>"
+        path = _path | {id(value)}
+        try:
+            if isinstance(value, Mapping):
+                return {safe_text(k): json_safe(v, _depth + 1, path) for k, v in list(value.items())}
+            return [json_safe(v, _depth + 1, path) for v in list(value)]
+        except Exception:  # noqa: BLE001 - a container that fails while being read
+            return f"<unreadable {type(value).__name__}>"
+    return safe_text(value)
+
+
+def _items(value: Any, name: str, problems: list[str]) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        problems.append(f"{name} must be a list")
+        return []
+    try:
+        return list(value)
+    except Exception as exc:  # noqa: BLE001 - an iterable that fails while iterating
+        problems.append(f"{name} could not be read ({type(exc).__name__})")
+        return []
+
+
+@dataclass
+class PrepareArgs:
+    """``prepare``'s arguments as the assembly can use them, and the problems found reading them."""
+
+    query: str
+    user_id: str
+    provider: str
+    system_prompt: str | None
+    conversation: Conversation | None
+    history: list[dict[str, Any]]
+    memories: list[Any]
+    workflows: list[Any]
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def read(
+        cls,
+        query: Any,
+        user_id: Any,
+        *,
+        providers: Sequence[str],
+        provider: Any,
+        system_prompt: Any,
+        conversation: Any,
+        history: Any,
+        memories: Any,
+        workflows: Any,
+    ) -> PrepareArgs:
+        """Never raises; every problem names a parameter (or a position), never a value."""
+        problems: list[str] = []
+        if not isinstance(query, str):
+            problems.append("query must be a string")
+        if not isinstance(user_id, str):
+            problems.append("user_id must be a string")
+        known = isinstance(provider, str) and provider in providers
+        if not known:
+            problems.append(f"unknown provider; expected one of {', '.join(providers)}")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            problems.append("system_prompt must be a string")
+        if conversation is not None and not isinstance(conversation, Conversation):
+            problems.append("conversation must be a Conversation")
+            conversation = None
+        messages: list[dict[str, Any]] = []
+        for i, message in enumerate(_items(history, "history", problems)):
+            safe = json_safe(message) if isinstance(message, Mapping) else None
+            if isinstance(safe, dict):
+                messages.append(safe)
+            else:
+                problems.append(f"history[{i}] is not a readable message mapping; dropped")
+        return cls(
+            query=safe_text("" if query is None else query),
+            user_id=safe_text(user_id),
+            provider=provider if known else providers[0],
+            system_prompt=None if system_prompt is None else safe_text(system_prompt),
+            conversation=conversation,
+            history=messages,
+            memories=_items(memories, "memories", problems),
+            workflows=_items(workflows, "workflows", problems),
+            problems=problems,
+        )

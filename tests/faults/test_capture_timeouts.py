@@ -1,0 +1,182 @@
+"""A database that does not answer cannot hold the agent: capture spools within its bound, replay stores the row.
+
+Real sockets on 127.0.0.1: a server that accepts TCP connections and never says a word, and one that
+speaks the PostgreSQL start-up handshake (authentication OK, ready for query) and then stalls on the
+first query; and a SQLite database whose write lock another connection holds. ``Skillflow()`` is built
+from a URL (the runtime's own engine), with ``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS`` at 0.5 s so the test
+stays short; libpq's connection timeout cannot go below 2 s. Elapsed times are asserted only as bounds.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, select
+
+from skillflow.runtime import Skillflow
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from skillflow.storage.schema import workflow_memory
+from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, _pg_engine
+
+STEPS = [{"tool": "lookup_order", "arguments": {"order_id": 7}, "result": {"ok": True}}]
+BOUND = 5.0  # seconds: the 2 s connection floor (or the 0.5 s capture timeout) plus scheduling slack
+
+
+def _message(kind: bytes, body: bytes) -> bytes:
+    return kind + struct.pack("!I", len(body) + 4) + body
+
+
+def _handshake() -> bytes:
+    """What a PostgreSQL server says after a start-up packet: authenticated, its parameters, ready."""
+    params = [
+        ("server_version", "16.0"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("standard_conforming_strings", "on"),
+        ("integer_datetimes", "on"),
+        ("DateStyle", "ISO, MDY"),
+        ("TimeZone", "UTC"),
+    ]
+    out = _message(b"R", struct.pack("!I", 0))
+    for name, value in params:
+        out += _message(b"S", name.encode() + b"\0" + value.encode() + b"\0")
+    return out + _message(b"K", struct.pack("!II", 4242, 1)) + _message(b"Z", b"I")
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError
+        data += chunk
+    return data
+
+
+class StallingServer:
+    """``silent``: accepts and never answers; ``after_startup``: answers the handshake, then never again."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.accepted = 0
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._open.append(conn)
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn: socket.socket) -> None:
+        try:
+            while self.mode == "after_startup":
+                length = struct.unpack("!I", _recv_exact(conn, 4))[0]
+                code = struct.unpack("!I", _recv_exact(conn, length - 4)[:4])[0]
+                if code in (80877103, 80877104):  # SSL / GSS encryption request: not offered
+                    conn.sendall(b"N")
+                    continue
+                conn.sendall(_handshake())
+                break
+            while conn.recv(65536):  # read whatever comes and never reply
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self._open:
+            conn.close()
+
+
+@pytest.fixture
+def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_TIMEOUT_SECONDS", "0.5")
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_CONNECT_TIMEOUT_SECONDS", "2")
+
+
+@pytest.fixture
+def real_postgres() -> Iterator[Engine]:
+    if not POSTGRES_DSN:
+        pytest.skip(PG_SKIP_REASON)
+    urls = _pg_engine()
+    engine = make_engine(next(urls))
+    migrate(engine)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        next(urls, None)
+
+
+def _row(engine: Engine, run_id: str) -> tuple[str, int] | None:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(workflow_memory.c.query, workflow_memory.c.step_count).where(workflow_memory.c.id == run_id)
+        ).first()
+    return None if row is None else (row[0], row[1])
+
+
+@pytest.mark.usefixtures("short_timeouts")
+@pytest.mark.parametrize("mode", ["silent", "after_startup"])
+def test_a_postgres_server_that_never_answers_spools_the_run_within_the_bound(
+    mode: str, tmp_path: Path, real_postgres: Engine
+) -> None:
+    server = StallingServer(mode)
+    spool = tmp_path / "spool"
+    url = f"postgresql://postgres@127.0.0.1:{server.port}/test?sslmode=disable&gssencmode=disable"
+    try:
+        started = time.monotonic()
+        agent = Skillflow(agent_id="agent", database_url=url, spool_dir=spool)
+        built = time.monotonic() - started
+        started = time.monotonic()
+        result = agent.record_run("refund order 7", "u1", STEPS, run_id=f"stalled-{mode}")
+        captured = time.monotonic() - started
+    finally:
+        server.close()
+    assert server.accepted >= 1  # the connection really reached the stalling server
+    assert built < BOUND and captured < BOUND, (built, captured)
+    assert (result.stored, result.spooled, result.error) == (False, True, "OperationalError")
+    assert len(list(spool.glob("*.json"))) == 1
+
+    later = Skillflow(agent_id="agent", engine=real_postgres, spool_dir=spool)
+    assert later.replay_spool() == 1
+    assert _row(real_postgres, f"stalled-{mode}") == ("refund order 7", 1)
+
+
+@pytest.mark.usefixtures("short_timeouts")
+def test_a_locked_sqlite_database_spools_within_the_capture_timeout(tmp_path: Path) -> None:
+    db = tmp_path / "skillflow.db"
+    engine = make_engine(f"sqlite:///{db}")
+    migrate(engine)
+    engine.dispose()
+    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    locker = sqlite3.connect(db, timeout=0)
+    locker.execute("BEGIN EXCLUSIVE")  # another writer holds the lock (30 s busy wait before)
+    try:
+        started = time.monotonic()
+        result = agent.record_run("refund order 7", "u1", STEPS, run_id="locked")
+        elapsed = time.monotonic() - started
+    finally:
+        locker.rollback()
+        locker.close()
+    assert elapsed < BOUND / 2, elapsed
+    assert (result.stored, result.spooled) == (False, True), result.error
+    assert agent.replay_spool() == 1
+    engine = make_engine(f"sqlite:///{db}")
+    assert _row(engine, "locked") == ("refund order 7", 1)
+    engine.dispose()
