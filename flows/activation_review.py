@@ -9,11 +9,12 @@ from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run
 from prefect.input import RunInput
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
-from tasks.common import flow_run_id, params_run_name
+from tasks.common import flow_run_id, run_name
 from tasks.events import emit_review
 from tasks.review import apply_decision, load_review, publish_review, record_timeout
 
@@ -26,8 +27,16 @@ DESCRIPTION = (
 )
 
 
+REASON_REQUIRED: JsonDict = {
+    "if": {"properties": {"decision": {"const": "reject"}}, "required": ["decision"]},
+    "then": {"properties": {"reason": {"pattern": "\\S"}}, "required": ["reason"]},
+}  # the Prefect server checks a resumed run's input against the form's JSON schema before storing it
+
+
 class ReviewDecision(RunInput):
-    """The reviewer's form in the Prefect UI."""
+    """The reviewer's form in the Prefect UI; a rejection without a reason is refused, never stored."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=REASON_REQUIRED)
 
     decision: Literal["activate_user", "activate_developer", "reject", "keep_shadow", "edit"] = Field(
         description="activate_user: go live as user-level guidance. activate_developer: go live with developer "
@@ -37,6 +46,12 @@ class ReviewDecision(RunInput):
     reviewer: str = Field(min_length=1, max_length=255, description="Your name, recorded as the decision's actor")
     reason: str = Field("", max_length=1000, description="Why; required to reject, stored with the decision")
     skill_md: str = Field("", description="For edit: the corrected SKILL.md (validated like a distilled skill)")
+
+    @model_validator(mode="after")
+    def _rejection_has_a_reason(self) -> ReviewDecision:
+        if self.decision == "reject" and not self.reason.strip():
+            raise ValueError("reason is required to reject (it is stored with the decision)")
+        return self
 
 
 def review_form(evidence: ReviewEvidence, artifact_url: str | None) -> type[ReviewDecision]:
@@ -70,7 +85,7 @@ def _not_awaiting(evidence: ReviewEvidence, reasons: list[str], decision: str = 
     )  # fmt: skip
 
 
-@flow(name="activation-review", flow_run_name=params_run_name("review", "skill_id"), description=DESCRIPTION)
+@flow(name="activation-review", flow_run_name=run_name("review", "skill_id", flow=True), description=DESCRIPTION)
 def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
     """Publish the evidence, pause for the reviewer, apply the decision (an edit starts the review over)."""
     logger = get_run_logger()

@@ -3,25 +3,79 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from typer.core import TyperGroup
 
-from skillflow.kernel.config import Settings
+from skillflow.cli.errors import CliError, bad_database_url, explain
+from skillflow.kernel.config import (
+    CONFIG_PATH_ENV,
+    DEFAULTS,
+    HOME_ENV,
+    PROJECT_CONFIG,
+    PromotionConfig,
+    Settings,
+    load_promotion_config,
+)
 from skillflow.storage.engine import make_engine
 from skillflow.storage.types import dumps
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class SkillflowGroup(TyperGroup):
+    """Runs a command; an expected failure is one ``error:`` line on stderr (docs/RELIABILITY.md)."""
+
+    def invoke(self, ctx: Any) -> Any:  # the Context class of the installed click or typer
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, typer.TyperException):
+            raise
+        except Exception as exc:
+            error = explain(exc)
+            if error is None or _debug(ctx):
+                raise
+            err_console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
+            raise typer.Exit(error.code) from None
+
+
+def _debug(ctx: Any) -> bool:
+    if ctx.params.get("debug"):
+        return True
+    try:
+        return Settings().debug
+    except ValueError:  # a bad SKILLFLOW_ variable is itself the error being reported
+        return False
+
 
 app = typer.Typer(
     name="skillflow",
     help="Turn an agent's successful tool-calling runs into reviewed, monitored skills.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=SkillflowGroup,
 )
+
+
+@app.callback()
+def main(
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of a failure (also SKILLFLOW_DEBUG=1).")
+    ] = False,
+) -> None:
+    """Turn an agent's successful tool-calling runs into reviewed, monitored skills."""
+
+
 bench_app = typer.Typer(help="Measure performance (figures go to docs/BENCHMARKS.md).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-console = Console()
 
 DbOption = Annotated[
     str | None,
@@ -33,7 +87,27 @@ UserOption = Annotated[str | None, typer.Option("--user-id", help="Only this use
 
 
 def database_url(db: str | None) -> str:
-    return db or Settings().database_url
+    """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: a URL SQLAlchemy cannot use is a one-line error."""
+    url = db or Settings().database_url
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise bad_database_url(url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    return url
+
+
+def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig:
+    """The config of a command that writes skills; one warning line when no config file was found."""
+    config = load_promotion_config(overrides=overrides)
+    if config.source == DEFAULTS:
+        landing = "SHADOW" if config.require_shadow else "ACTIVE, without review"
+        err_console.print(
+            f"[yellow]warning:[/yellow] no config file found (no {CONFIG_PATH_ENV}, no {HOME_ENV}, no "
+            f"{PROJECT_CONFIG} in {escape(str(Path.cwd()))} or above): built-in defaults apply "
+            f"(require_shadow={config.require_shadow}: new skills land {landing}; no schedules)",
+            soft_wrap=True,
+        )
+    return config
 
 
 def engine_for(db: str | None, migrate: bool = False) -> Engine:
@@ -61,5 +135,5 @@ def print_json(value: Any) -> None:
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(code)
+    """Stop with one error line on stderr (the error layer's format) and ``code``."""
+    raise CliError(message, code)

@@ -1,26 +1,44 @@
 """Typed settings in one place: ``PromotionConfig`` (the README's configuration reference) and ``Settings``.
 
-Precedence: explicit arguments > environment (``SKILLFLOW_…``) > ``config/skillflow.toml`` > defaults.
+Precedence: explicit arguments > environment (``SKILLFLOW_…``) > the TOML file > defaults, in one
+pydantic-settings model (:class:`ConfigFile`). Which TOML file: ``$SKILLFLOW_CONFIG_PATH``, else
+``$SKILLFLOW_HOME/config/skillflow.toml``, else the nearest ``config/skillflow.toml`` from the current folder
+up; a configured file that is missing is an error, and no file at all means built-in defaults, which the
+loaded config says (``source == "defaults"``) (docs/guide/ops.md, "Which config file").
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 DEFAULT_DATABASE_URL = "sqlite:///.skillflow/skillflow.db"
 CONFIG_PATH_ENV = "SKILLFLOW_CONFIG_PATH"
+HOME_ENV = "SKILLFLOW_HOME"
+PROJECT_CONFIG = Path("config") / "skillflow.toml"
+DEFAULTS = "defaults"
+
+
+class ConfigError(ValueError):
+    """A configuration file the operator must fix: configured but missing, or not valid TOML."""
 
 
 class PromotionConfig(BaseModel):
     """Every knob of the configuration reference (README), validated; unknown keys are an error."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    _source: str = PrivateAttr("arguments")
 
     min_executions: int = Field(5, ge=1, description="Gate: runs of a class before eligible")
     min_success_rate: float = Field(0.80, ge=0.0, le=1.0, description="Gate: class success rate")
@@ -85,12 +103,22 @@ class PromotionConfig(BaseModel):
     promote_trivial_classes: bool = Field(
         False, description="Gate: also promote a class that is a single read-only call (a lookup, not a procedure)"
     )
+    promote_read_only_classes: bool = Field(
+        False,
+        description="Gate: also promote a class without a state-changing call when the agent has declared a "
+        "state-changing tool (an agent that declared none always keeps them eligible)",
+    )
 
     @model_validator(mode="after")
     def _developer_requires_shadow(self) -> PromotionConfig:
         if self.skill_injection_role == "developer" and not self.require_shadow:
             raise ValueError('skill_injection_role="developer" requires require_shadow=True')
         return self
+
+    @property
+    def source(self) -> str:
+        """Where the values came from: the TOML file's path, ``"defaults"`` (no file found) or ``"arguments"``."""
+        return self._source
 
     @property
     def shadow_threshold(self) -> float:
@@ -102,7 +130,9 @@ class PromotionConfig(BaseModel):
         """A new validated config with ``overrides`` applied (unknown keys raise)."""
         if not overrides:
             return self
-        return PromotionConfig.model_validate({**self.model_dump(), **overrides})
+        merged = PromotionConfig.model_validate({**self.model_dump(), **overrides})
+        merged._source = self._source
+        return merged
 
 
 class Settings(BaseSettings):
@@ -113,69 +143,139 @@ class Settings(BaseSettings):
     database_url: str = Field(DEFAULT_DATABASE_URL, description="SQLAlchemy URL of the skillflow database")
     continual_learning: bool = Field(False, description="Turn continual learning on for every agent in the process")
     embedder: Literal["minilm", "hashing", "openai"] = Field("minilm", description="Applicability embedder")
-    embedder_threads: int = Field(
-        1, ge=0, le=64, description="torch threads of the local MiniLM embedder (0 = torch default; 1 for one query)"
-    )
     distiller: Literal["offline", "openai", "anthropic"] = Field("offline", description="Skill distiller")
     judge: Literal["offline", "openai", "anthropic"] = Field("offline", description="Validation judge")
     llm_model: str = Field("gpt-4o-mini", description="Model for the OpenAI/Anthropic distiller and judge")
     llm_base_url: str | None = Field(None, description="OpenAI-compatible base URL (Ollama, vLLM, ...)")
     llm_timeout_seconds: float = Field(60.0, gt=0, le=600, description="Per-request LLM timeout")
     llm_max_retries: int = Field(3, ge=0, le=10, description="Retries on 429/5xx/timeouts")
+    capture_connect_timeout_seconds: int = Field(
+        2, ge=2, le=600, description="Agent runtime: seconds to wait for a PostgreSQL connection (libpq's floor is 2)"
+    )
+    capture_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=600,
+        description="Agent runtime: seconds a capture (or the start-up schema check) may wait on the database "
+        "before the run is spooled; also its PostgreSQL statement timeout and SQLite busy timeout",
+    )
     openai_api_key: SecretStr | None = Field(None, description="OpenAI key (environment only)")
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic key (environment only)")
-    config_path: Path = Field(
-        Path("config/skillflow.toml"), description="Reviewed TOML settings file ([promotion], [schedules])"
+    config_path: Path | None = Field(
+        None, description="Reviewed TOML settings file ([promotion], [schedules]); must exist when set"
     )
+    home: Path | None = Field(
+        None,
+        description="Project folder: its config/skillflow.toml is read (unset: the nearest config/skillflow.toml "
+        "from the current folder up)",
+    )
+    debug: bool = Field(False, description="CLI: show the traceback of a failure instead of one error line")
 
 
-def config_path() -> Path:
-    """``$SKILLFLOW_CONFIG_PATH`` or ``config/skillflow.toml`` (the same value as ``Settings.config_path``)."""
-    return Path(os.environ.get(CONFIG_PATH_ENV, "config/skillflow.toml"))
+_TOML: ContextVar[Path | None] = ContextVar("skillflow_config_toml", default=None)
 
 
-def _toml(path: Path) -> dict[str, Any]:
+class ConfigFile(BaseSettings):
+    """The TOML file's ``[promotion]`` and ``[schedules]`` with ``SKILLFLOW_PROMOTION__<KEY>`` over them."""
+
+    model_config = SettingsConfigDict(env_prefix="SKILLFLOW_", env_nested_delimiter="__", extra="ignore")
+
+    promotion: PromotionConfig = Field(default_factory=PromotionConfig, description="The promotion settings")
+    schedules: dict[str, str] = Field(default_factory=dict, description="Flow name -> cron (empty: manual only)")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _TOML.get()
+        if path is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=path)
+
+
+def config_path() -> Path | None:
+    """The TOML file settings are read from, or None (built-in defaults); a configured file must exist."""
+    settings = Settings()
+    if settings.config_path is not None:
+        return _must_exist(settings.config_path, CONFIG_PATH_ENV)
+    if settings.home is not None:
+        return _must_exist(settings.home / PROJECT_CONFIG, HOME_ENV)
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / PROJECT_CONFIG).is_file():
+            return folder / PROJECT_CONFIG
+    return None
+
+
+def _must_exist(path: Path, configured_by: str) -> Path:
     if not path.is_file():
-        return {}
-    with path.open("rb") as fh:
-        return tomllib.load(fh)
+        raise ConfigError(f"config file {path} (from {configured_by}) does not exist: fix the path or unset it")
+    return path
 
 
-def _coerce_env(value: str) -> Any:
-    low = value.strip().lower()
-    if low in ("true", "1", "yes", "on"):
-        return True
-    if low in ("false", "0", "no", "off"):
-        return False
-    return value
+def load_config_file(path: Path | None = None, overrides: dict[str, Any] | None = None) -> tuple[ConfigFile, str]:
+    """The validated settings model and its source (the file's path or ``"defaults"``).
+
+    ``path`` must exist when given. A ``ValidationError`` carries one note per problem naming where the value
+    came from (environment variable, override or file) so the CLI can say what to fix.
+    """
+    if path is not None:
+        _must_exist(path, "the caller")
+    found = path or config_path()
+    token = _TOML.set(found)
+    try:
+        init: dict[str, Any] = {"promotion": overrides} if overrides else {}
+        return ConfigFile(**init), DEFAULTS if found is None else str(found)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{found} is not valid TOML: {exc}") from exc
+    except ValidationError as exc:
+        for note in _origins(exc, found, overrides or {}):
+            exc.add_note(note)
+        raise
+    finally:
+        _TOML.reset(token)
+
+
+def _origins(exc: ValidationError, path: Path | None, overrides: dict[str, Any]) -> list[str]:
+    env = {k.upper() for k in os.environ}
+    notes = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        key = loc[1] if len(loc) > 1 and loc[0] == "promotion" else None
+        name = f"SKILLFLOW_{'__'.join(loc[:2]).upper()}"
+        if key is not None and name in env:
+            origin = f"environment variable {name}"
+        elif key is not None and key in overrides:
+            origin = "an override (--set or config_overrides)"
+        else:
+            origin = f"{path} [{loc[0]}]" if path is not None else "built-in defaults"
+        problem = "unknown setting" if err["type"] == "extra_forbidden" else err["msg"]
+        notes.append(f"{'.'.join(loc)} ({origin}): {problem}")
+    return notes
 
 
 def load_promotion_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> PromotionConfig:
     """``[promotion]`` from the TOML file, then ``SKILLFLOW_PROMOTION__<KEY>`` variables, then overrides."""
-    path = path or config_path()
-    data: dict[str, Any] = dict(_toml(path).get("promotion", {}))
-    prefix = "SKILLFLOW_PROMOTION__"
-    for key, value in os.environ.items():
-        if key.startswith(prefix):
-            name = key[len(prefix) :].lower()
-            if name not in PromotionConfig.model_fields:
-                raise ValueError(f"unknown promotion setting in environment: {key}")
-            data[name] = _coerce_env(value) if PromotionConfig.model_fields[name].annotation is bool else value
-    if overrides:
-        data.update(overrides)
-    return PromotionConfig.model_validate(data)
+    loaded, source = load_config_file(path, overrides)
+    config = loaded.promotion
+    config._source = source
+    return config
 
 
 def load_schedules(path: Path | None = None) -> dict[str, str | None]:
     """``[schedules]``: flow name -> cron (empty string or absent = manual only)."""
-    path = path or config_path()
-    raw = _toml(path).get("schedules", {})
-    return {str(k): (str(v) or None) for k, v in raw.items()}
+    loaded, _ = load_config_file(path)
+    return {name: (cron or None) for name, cron in loaded.schedules.items()}
 
 
 def continual_learning_default() -> bool:
     """``SKILLFLOW_CONTINUAL_LEARNING=1`` turns continual learning on for every agent in the process."""
-    return bool(_coerce_env(os.environ.get("SKILLFLOW_CONTINUAL_LEARNING", "0")) is True)
+    return Settings().continual_learning
 
 
 def get_settings(**overrides: Any) -> Settings:

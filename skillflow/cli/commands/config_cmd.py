@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 
 from skillflow.cli.app import JsonOption, app, console, print_json
-from skillflow.kernel.config import PromotionConfig, Settings, load_promotion_config, load_schedules
+from skillflow.kernel.config import DEFAULTS, PromotionConfig, Settings, load_promotion_config, load_schedules
 
 
 def settings_markdown() -> str:
@@ -22,16 +23,19 @@ def settings_markdown() -> str:
 
 @app.command("config")
 def config_command(as_json: JsonOption = False, markdown: bool = False) -> None:
-    """Print the effective promotion config and schedules (validated; a typo in the TOML is an error)."""
+    """Print which config file was read, the effective promotion config and schedules (a typo is an error)."""
     if markdown:
         print(settings_markdown())
         return
     cfg = load_promotion_config()
     schedules = load_schedules()
     settings = Settings()
+    read = "none: built-in defaults" if cfg.source == DEFAULTS else cfg.source
     if as_json:
         print_json(
             {
+                "config_file": None if cfg.source == DEFAULTS else cfg.source,
+                "source": cfg.source,
                 "promotion": cfg.model_dump(mode="json"),
                 "schedules": schedules,
                 "database_url": settings.database_url,
@@ -41,6 +45,7 @@ def config_command(as_json: JsonOption = False, markdown: bool = False) -> None:
             }
         )
         return
+    console.print(f"config file: {escape(read)}", soft_wrap=True)
     table = Table("key", "value", title="promotion config")
     for key, value in cfg.model_dump().items():
         table.add_row(key, repr(value))

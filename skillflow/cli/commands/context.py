@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json as jsonlib
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.panel import Panel
 from rich.text import Text
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
+from skillflow.injection.conversation import Conversation
 from skillflow.injection.prompting import PROVIDERS, assemble, to_provider
+
+
+def _messages(path: Path) -> list[dict[str, Any]]:
+    """The conversation so far: a JSON list of OpenAI chat messages (the earlier turns and tool calls)."""
+    try:
+        messages = jsonlib.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        fail(f"{path} is not valid JSON: {exc}")
+    if not isinstance(messages, list):
+        fail(f"{path}: expected a JSON list of chat messages")
+    return [m for m in messages if isinstance(m, dict)]
 
 
 @app.command("context")
@@ -23,26 +37,34 @@ def context_command(
     system_prompt: Annotated[
         str | None, typer.Option("--system-prompt", help="The application's own system prompt (placed first).")
     ] = None,
+    conversation: Annotated[
+        Path | None,
+        typer.Option(
+            "--conversation", help="JSON list of the chat messages so far (earlier turns, tool calls already made)."
+        ),
+    ] = None,
     db: DbOption = None,
     json: JsonOption = False,
 ) -> None:
-    """Print the request ``prepare`` would build for QUERY (ACTIVE skills of exactly this agent and user)."""
+    """Print the request ``prepare`` would build for QUERY: the tenant's fitted rule or threshold picks the skill."""
     if provider not in PROVIDERS:
         fail(f"--provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
     from skillflow.runtime import Skillflow
 
+    so_far = Conversation.from_messages(_messages(conversation)) if conversation is not None else None
     sf = Skillflow(agent_id=agent_id, engine=engine_for(db), continual_learning=True)
-    try:
-        skills = sf.retrieve_skills(query, user_id)  # unlike prepare() in an agent, errors are shown
+    try:  # the selection prepare() makes; unlike prepare() in an agent, a failure is shown
+        selection = sf.select_skills(query, user_id, so_far)
     except Exception as exc:  # noqa: BLE001 - reported to the operator, not swallowed
-        fail(f"retrieval failed: {type(exc).__name__}: {exc}")
-    assembled = assemble(query, skills=skills, system_prompt=system_prompt)
+        fail(f"skill selection failed: {type(exc).__name__}: {exc}")
+    assembled = assemble(query, skills=selection.skills, system_prompt=system_prompt)
     request = to_provider(assembled, provider)
     if json:
         print_json(
             {
                 "provider": provider,
                 "request": request,
+                "selection": {"state": selection.state, "reason": selection.reason},
                 "skill_ids": list(assembled.skill_ids),
                 "skills": [
                     {"id": s.skill_id, "name": s.name, "version": s.version, "score": s.score, "role": s.injection_role}
@@ -55,8 +77,9 @@ def context_command(
         console.print(Panel(Text(request["system"]), title="system (top-level parameter)", expand=False))
     for i, message in enumerate(request["messages"]):
         console.print(Panel(Text(str(message.get("content", ""))), title=f"{i}: {message['role']}", expand=False))
+    console.print(f"selection: {selection.state} ({selection.reason})", markup=False)
     if not assembled.skills:
-        console.print("activated skill ids: none (no ACTIVE skill of this tenant matched)")
+        console.print("activated skill ids: none")
         return
     console.print("activated skill ids (pass to record_run(skills_activated=...)):")
     for s in assembled.skills:

@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
+from skillflow.cli.app import (
+    DbOption,
+    JsonOption,
+    app,
+    console,
+    database_url,
+    engine_for,
+    fail,
+    print_json,
+    promotion_config,
+)
 
 PoolOption = Annotated[str, typer.Option("--pool", help="Work pool of the deployments (created if missing).")]
 ControlPoolOption = Annotated[
@@ -73,6 +83,7 @@ def deploy_cmd(
     from tasks.fanout import FleetSettings
 
     extra = _env(env)
+    promotion_config()
     engine_for(db, migrate=True).dispose()  # the deploy step migrates; flow runs never do
     url = database_url(db)
     started = time.monotonic()

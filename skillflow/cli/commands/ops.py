@@ -7,7 +7,17 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from skillflow.cli.app import AgentOption, DbOption, JsonOption, app, console, database_url, engine_for, print_json
+from skillflow.cli.app import (
+    AgentOption,
+    DbOption,
+    JsonOption,
+    app,
+    console,
+    database_url,
+    engine_for,
+    print_json,
+    promotion_config,
+)
 
 ReportDirOption = Annotated[str, typer.Option("--report-dir", help="Folder for the self-contained HTML report.")]
 PrefectApiOption = Annotated[
@@ -67,6 +77,7 @@ def serve_cmd(db: DbOption = None) -> None:
     """Serve every flow as a deployment (cron from config/skillflow.toml) against $PREFECT_API_URL."""
     from flows.serve import serve_all
 
+    promotion_config()
     engine_for(db, migrate=True).dispose()  # the deploy step: the flows' tasks never migrate
     serve_all(database_url(db))
 

@@ -24,6 +24,7 @@ from skillflow.cli.app import (
     engine_for,
     fail,
     print_json,
+    promotion_config,
 )
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skill_events
@@ -142,13 +143,11 @@ def cycle_cmd(
     set_: SetOption = None,
 ) -> None:
     """Run the promotion-cycle flow: sweep → gates → rank → distill → validate → store, per partition."""
-    from skillflow.kernel.config import load_promotion_config
-
     try:
         overrides = parse_sets(set_ or [])
-        load_promotion_config(overrides=overrides)  # a typo or a bad value fails here, before any flow starts
     except ValueError as exc:
         fail(str(exc))
+    promotion_config(overrides)  # a typo or a bad value fails here, before any flow starts
     url = database_url(db)
     engine_for(url).dispose()  # migrate first
     _quiet_prefect(json)
@@ -179,6 +178,7 @@ def distill_cmd(
     """ "Distill now": run the distill-class flow for one class — the same gates and validation as a cycle."""
     from skillflow.promotion.cycle import resolve_hash
 
+    promotion_config()
     url = database_url(db)
     engine = engine_for(url)
     try:

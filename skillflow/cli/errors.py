@@ -1,0 +1,110 @@
+"""The CLI's error layer: an expected failure becomes one line on stderr and an exit code, never a traceback.
+
+Exit code 2: what the operator gave is wrong (a database URL, the config file, an environment variable, a
+path). Exit code 1: something the command depends on failed or refused (the database or the Prefect API is
+unreachable, a skill's transition was refused). Any other exception is a bug and keeps its traceback, as
+every failure does with ``--debug`` or ``SKILLFLOW_DEBUG=1`` (docs/RELIABILITY.md, "The CLI's errors").
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+from pydantic import ValidationError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+
+from skillflow.kernel.config import ConfigError
+
+USAGE, FAILED = 2, 1
+PROJECT_PACKAGES = frozenset({"skillflow", "flows", "tasks"})
+URL_HINT = "a SQLAlchemy URL such as sqlite:////abs/path/skillflow.db or postgresql://user@host:5432/db"
+
+
+class CliError(Exception):
+    """An expected failure with the one line to print and the exit code."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.message, self.code = message, code
+
+
+def bad_database_url(url: str, problem: str) -> CliError:
+    """The error for a database URL SQLAlchemy cannot use, with the ``sqlite:///`` form of a bare path."""
+    if "://" not in url and (url.startswith(("/", ".", "~")) or url.endswith((".db", ".sqlite", ".sqlite3"))):
+        absolute = os.path.abspath(os.path.expanduser(url))
+        return CliError(f"--db {url!r} is a file path, not a database URL: use sqlite:///{absolute}")
+    return CliError(f"--db {url!r}: {problem}; expected {URL_HINT}")
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _first_line(value: object) -> str:
+    text = str(value).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _validation(exc: ValidationError) -> str:
+    notes = getattr(exc, "__notes__", None)
+    if notes:  # from kernel.config: each problem with the variable, override or file it came from
+        return "invalid setting: " + "; ".join(notes) + " (the keys: `skillflow config --markdown`)"
+    if exc.title == "Settings":
+        problems = [f"SKILLFLOW_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}" for e in exc.errors()]
+        return "invalid environment variable: " + "; ".join(problems)
+    problems = [f"{'.'.join(str(p) for p in e['loc']) or exc.title}: {e['msg']}" for e in exc.errors()]
+    return f"invalid {exc.title}: " + "; ".join(problems)
+
+
+def _unreachable(exc: BaseException) -> str:
+    try:
+        request_url = str(exc.request.url)  # type: ignore[attr-defined]  # httpx errors carry their request
+    except (AttributeError, RuntimeError):
+        request_url = ""
+    prefect = os.environ.get("PREFECT_API_URL", "")
+    where = urlsplit(request_url or prefect)
+    origin = f"{where.scheme}://{where.netloc}" if where.netloc else "the server"
+    detail = _first_line(exc) or type(exc).__name__
+    if prefect and urlsplit(prefect).netloc == where.netloc:
+        return (
+            f"cannot reach the Prefect API at {prefect} ({detail}): start it (`prefect server start`) "
+            "or point PREFECT_API_URL at a running server"
+        )
+    return f"cannot reach {origin} ({detail}): check that it is running and the URL is right (Prefect: PREFECT_API_URL)"
+
+
+def explain(exc: BaseException) -> CliError | None:
+    """The one-line error for an expected failure, or None for a bug (which keeps its traceback)."""
+    for link in _chain(exc):
+        if isinstance(link, CliError):
+            return link
+        if type(link).__module__.startswith("httpx") and type(link).__name__.endswith(("ConnectError", "Timeout")):
+            return CliError(_unreachable(link), FAILED)
+    if isinstance(exc, ConfigError):
+        return CliError(str(exc))
+    if isinstance(exc, tomllib.TOMLDecodeError):
+        return CliError(f"invalid TOML: {exc}")
+    if isinstance(exc, ValidationError):
+        return CliError(_validation(exc))
+    if isinstance(exc, NoSuchModuleError | ArgumentError):
+        return CliError(f"{_first_line(exc)}; a database URL must be {URL_HINT}")
+    if isinstance(exc, OperationalError | DBAPIError):
+        return CliError(
+            f"database error: {_first_line(exc.orig)} (is the server running? check --db or SKILLFLOW_DATABASE_URL)",
+            FAILED,
+        )
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return CliError(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}; choose another path")
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return CliError(f"connection failed: {_first_line(exc) or type(exc).__name__}", FAILED)
+    if type(exc).__module__.split(".")[0] in PROJECT_PACKAGES and str(exc).strip():
+        return CliError(_first_line(exc), FAILED)  # the project's own refusals and failures say what is wrong
+    return None

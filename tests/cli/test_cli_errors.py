@@ -1,0 +1,131 @@
+"""The CLI's error layer: an expected failure is one line on stderr, an exit code and no traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+from typer.testing import CliRunner
+
+from skillflow.cli import app
+from skillflow.cli.errors import CliError
+from skillflow.kernel.models import SkillStatus
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from skillflow.storage.skills import insert_skill
+
+DOWN_PREFECT = "http://127.0.0.1:9/api"  # nothing listens on port 9
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder outside any project, with no config variable set."""
+    for name in ("SKILLFLOW_CONFIG_PATH", "SKILLFLOW_HOME", "SKILLFLOW_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run(*args: str, **env: str) -> Result:
+    return CliRunner().invoke(app, list(args), env=env or None)
+
+
+def one_error(result: Result, code: int) -> str:
+    """The single ``error:`` line on stderr; nothing on stdout, no traceback."""
+    assert result.exit_code == code, (result.output, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output and result.stdout == ""
+    return lines[0]
+
+
+def test_database_urls_that_cannot_work(here: Path) -> None:
+    line = one_error(run("skills", "--db", "nonsense://x"), 2)
+    assert "'nonsense://x'" in line and "sqlite:///" in line
+    assert "use sqlite:////tmp/foo.db" in one_error(run("skills", "--db", "/tmp/foo.db"), 2)
+    line = one_error(run("skills", "--db", "postgresql://postgres@127.0.0.1:1/x"), 1)
+    assert line.startswith("error: database error: ") and "port 1" in line and "--db" in line
+
+
+def test_config_file_problems(here: Path) -> None:
+    bad = here / "bad.toml"
+    bad.write_text("[promotion\nmin_executions = 3\n")
+    assert f"{bad} is not valid TOML" in one_error(run("config", SKILLFLOW_CONFIG_PATH=str(bad)), 2)
+    bad.write_text("[promotion]\nmin_sucess_rate = 0.5\n")
+    line = one_error(run("config", SKILLFLOW_CONFIG_PATH=str(bad)), 2)
+    assert f"promotion.min_sucess_rate ({bad} [promotion]): unknown setting" in line
+    line = one_error(run("config", SKILLFLOW_CONFIG_PATH=str(here / "gone.toml")), 2)
+    assert str(here / "gone.toml") in line and "SKILLFLOW_CONFIG_PATH" in line
+
+
+def test_environment_problems(here: Path) -> None:
+    line = one_error(run("config", SKILLFLOW_PROMOTION__MIN_EXECUTONS="3"), 2)
+    assert "SKILLFLOW_PROMOTION__MIN_EXECUTONS): unknown setting" in line
+    line = one_error(run("config", SKILLFLOW_PROMOTION__MIN_EXECUTIONS="many"), 2)
+    assert "SKILLFLOW_PROMOTION__MIN_EXECUTIONS" in line and "integer" in line
+    line = one_error(run("config", SKILLFLOW_EMBEDDER="bert"), 2)
+    assert line.startswith("error: invalid environment variable: SKILLFLOW_EMBEDDER:")
+
+
+def test_debug_shows_the_traceback(here: Path) -> None:
+    for result in (
+        run("--debug", "skills", "--db", "nonsense://x"),
+        run("skills", "--db", "x://", SKILLFLOW_DEBUG="1"),
+    ):
+        assert result.exit_code == 1 and isinstance(result.exception, CliError)
+        assert result.exc_info is not None and result.exc_info[2] is not None
+
+
+def test_config_says_which_file_it_read(here: Path) -> None:
+    result = run("config")
+    assert result.exit_code == 0 and result.stdout.startswith("config file: none: built-in defaults")
+    (here / "config").mkdir()
+    (here / "config" / "skillflow.toml").write_text("[promotion]\nrequire_shadow = true\n")
+    (here / "sub").mkdir()
+    result = CliRunner().invoke(app, ["config", "--json"], catch_exceptions=False)
+    assert '"config_file": "' + str(here / "config" / "skillflow.toml") in result.stdout
+
+
+@pytest.fixture
+def down_prefect() -> Iterator[None]:
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: DOWN_PREFECT, PREFECT_CLIENT_MAX_RETRIES: 0}):  # fail at once
+        yield
+
+
+def test_an_unreachable_prefect_api(here: Path, down_prefect: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PREFECT_API_URL", DOWN_PREFECT)
+    db = f"sqlite:///{here / 'a.db'}"
+    result = run("serve", "--db", db)  # serve deploys every flow
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    warning, error = result.stderr.strip().splitlines()
+    assert warning.startswith("warning: no config file found") and "require_shadow=False" in warning
+    assert error.startswith(f"error: cannot reach the Prefect API at {DOWN_PREFECT}")
+    result = run("cycle", "--db", db)  # a flow run in this process
+    assert result.exit_code == 1 and result.stderr.strip().splitlines()[-1].startswith(
+        f"error: cannot reach the Prefect API at {DOWN_PREFECT}"
+    )
+
+
+def test_export_to_a_path_that_cannot_be_written(here: Path) -> None:
+    db = f"sqlite:///{here / 'x.db'}"
+    engine = make_engine(db)
+    migrate(engine)
+    with engine.begin() as conn:
+        insert_skill(
+            conn, agent_id="a", user_id="u", canonical_hash="h", name="cancel-reservation",
+            description="Cancel a reservation", content="---\nname: cancel-reservation\n---\nbody\n",
+            status=SkillStatus.ACTIVE,
+        )  # fmt: skip
+    engine.dispose()
+    a_file = here / "notes.txt"
+    a_file.write_text("x")
+    for dest in (a_file, a_file / "skills"):  # a file where the folder should be; a folder under a file
+        line = one_error(run("export", str(dest), "--db", db), 2)
+        assert line.startswith("error: cannot use ") and str(a_file) in line
+    taken = here / "out" / "cancel-reservation" / "SKILL.md"
+    taken.mkdir(parents=True)  # a directory where SKILL.md goes
+    assert str(taken) in one_error(run("export", str(here / "out"), "--db", db), 2)
