@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +19,20 @@ import numpy as np
 from sqlalchemy import Engine, delete, insert, select
 from sqlalchemy.exc import OperationalError
 
-from skillflow.capture.outcome import Evaluator
+from skillflow.capture import spool
+from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator
 from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, write_run
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
+from skillflow.injection.guard import MAX_RETRIEVAL_CHARS, PrepareArgs
 from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
-from skillflow.kernel.models import RunInput, SkillStatus, Step, utcnow
-from skillflow.storage.engine import cached_engine
+from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
+from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
 from skillflow.storage.migrations import require_current
 from skillflow.storage.schema import agent_tools, workflow_memory
-from skillflow.storage.types import dumps
 
 log = logging.getLogger("skillflow.runtime")
 
@@ -58,6 +59,7 @@ class Prepared:
     skills: list[ScoredSkill]
     skill_ids: tuple[str, ...]
     assembled: Assembled
+    error: str | None = None  # why the turn degraded to a request without skills (names parameters, not values)
 
 
 @dataclass
@@ -75,6 +77,7 @@ class Skillflow:
     engine: Engine | None = None
     embedder: Embedder | None = None
     options: LearningOptions = field(init=False)
+    _timeout: float = field(init=False, default=2.0, repr=False)
 
     def __post_init__(self) -> None:
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
@@ -84,10 +87,14 @@ class Skillflow:
             skillbox=enabled if self.skillbox is None else self.skillbox,
         )
         self.config = self.config or load_promotion_config()
+        settings = get_settings()
+        self._timeout = settings.capture_timeout_seconds
         if self.engine is None:
-            self.engine = cached_engine(self.database_url or get_settings().database_url)
+            url = self.database_url or settings.database_url
+            self.engine = capture_engine(url, settings.capture_connect_timeout_seconds, self._timeout)
         try:  # an unmigrated or outdated database fails here, naming `skillflow migrate`
-            require_current(self.engine)
+            with deadline(self.engine, self._timeout):
+                require_current(self.engine)
         except OperationalError:
             log.warning("database unreachable at start-up: runs spool until it is back")
         if self.spool_dir is None:
@@ -145,6 +152,7 @@ class Skillflow:
         skills_activated: Mapping[int, Iterable[str]] | None = None,
         created_at: datetime | str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        outcome: bool | str | WorkflowOutcome | None = None,
         strict: bool = False,
     ) -> list[CaptureResult]:
         """Store a conversation (OpenAI chat messages) as one run per procedure; one result per segment.
@@ -155,7 +163,14 @@ class Skillflow:
         ``complete=False`` leaves out the open tail of a conversation still going on. ``skills_activated``
         maps a segment index to the skill ids ``prepare`` injected for that procedure. Never raises unless
         ``strict``: unreadable input gives one result with ``error`` naming the position, never a value.
+
+        The conversation's business outcome is each procedure's (a failed execution stays a failure):
+        ``outcome`` when given, else the ``workflow_outcome_evaluator`` run once over the whole conversation
+        (:func:`skillflow.capture.conversation.conversation_outcome`). With an outcome to wait for,
+        ``complete=False`` stores nothing yet: the rest of the conversation may still change it.
         """
+        from skillflow.capture.conversation import conversation_outcome
+        from skillflow.capture.outcome import given_outcome
         from skillflow.capture.record import normalize_conversation_id
         from skillflow.capture.segments import segment_conversation, segment_run_id
 
@@ -165,6 +180,7 @@ class Skillflow:
             conversation = normalize_conversation_id(conversation_id)
             if conversation is None:
                 raise RunValidationError("conversation_id must be a non-empty string")
+            given = given_outcome(outcome)
             segments = segment_conversation(messages, self._declared_tools(), complete=complete)
             activated = dict(skills_activated or {})
         except Exception as exc:
@@ -173,6 +189,11 @@ class Skillflow:
             error = str(exc) if isinstance(exc, ValueError) else f"conversation could not be read: {type(exc).__name__}"
             log.warning("conversation rejected: %s", error)  # names a position or a field, never a value
             return [CaptureResult("", False, error=error)]
+        if not complete and (given is not None or self.workflow_outcome_evaluator is not None):
+            return []
+        assert self.config is not None
+        ids, evaluator = (self.agent_id, user_id, conversation), self.workflow_outcome_evaluator
+        verdict = given or conversation_outcome(ids, messages, segments, metadata, evaluator, self.config)
         results = []
         for seg in segments:
             # A non-text user_id gets no id here: normalization refuses it, naming the field.
@@ -191,7 +212,7 @@ class Skillflow:
                 "conversation_id": conversation,
                 "segment_index": seg.index,
             }
-            results.append(self.record(raw, strict=strict))
+            results.append(self.record(raw, strict=strict, conversation=verdict))
         return results
 
     def _declared_tools(self) -> dict[str, bool] | None:
@@ -200,13 +221,22 @@ class Skillflow:
 
         assert self.engine is not None
         try:
-            with self.engine.connect() as conn:
+            with deadline(self.engine, self._timeout), self.engine.connect() as conn:
                 return declared_state_changes(conn, self.agent_id)
         except OperationalError:
             return None
 
-    def record(self, run: RunInput | Mapping[str, Any], *, strict: bool = False) -> CaptureResult:
-        """Store a :class:`RunInput` (or its mapping form); see :meth:`record_run`."""
+    def record(
+        self,
+        run: RunInput | Mapping[str, Any],
+        *,
+        strict: bool = False,
+        conversation: ConversationOutcome | None = None,
+    ) -> CaptureResult:
+        """Store a :class:`RunInput` (or its mapping form); see :meth:`record_run`.
+
+        ``conversation`` is the outcome of the conversation the run is a procedure of (it replaces the
+        evaluator, :func:`skillflow.capture.outcome.apply_conversation`; a spooled run keeps it)."""
         if not self.options.workflow_memory:
             return CaptureResult("", False, error="workflow memory is disabled for this agent")
         try:
@@ -216,12 +246,10 @@ class Skillflow:
                 raise
             log.warning("run rejected: %s", exc)  # the message names a field, never a value
             return CaptureResult("", False, error=str(exc))
-        assert self.engine is not None and self.config is not None
         try:
-            with self.engine.begin() as conn:
-                return write_run(conn, normalized, self.config, self.workflow_outcome_evaluator)
+            return self._write(normalized, conversation)
         except OperationalError as exc:
-            path = self._spool(normalized)
+            path = self._spool(normalized, conversation)
             log.warning("database unavailable (%s); run %s spooled", type(exc).__name__, normalized.run_id)
             if strict:
                 raise
@@ -232,42 +260,71 @@ class Skillflow:
             log.error("capture failed: %s", type(exc).__name__)
             return CaptureResult(normalized.run_id or "", False, error=f"capture failed: {type(exc).__name__}")
 
-    def _spool(self, run: RunInput) -> Path | None:
+    def _write(self, run: RunInput, conversation: ConversationOutcome | None = None) -> CaptureResult:
+        """One bounded write (docs/RELIABILITY.md): a stalled database raises ``OperationalError`` after the
+        capture timeout; a stale pooled connection (the server restarted) is retried once on a new one."""
+        assert self.engine is not None and self.config is not None
+        for attempt in (1, 2):
+            with deadline(self.engine, self._timeout) as bound:
+                try:
+                    with self.engine.begin() as conn:
+                        set_statement_timeout(conn, self._timeout)
+                        return write_run(conn, run, self.config, self.workflow_outcome_evaluator, conversation)
+                except OperationalError as exc:
+                    if attempt == 2 or bound.fired or not exc.connection_invalidated:
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def _spool(self, run: RunInput, conversation: ConversationOutcome | None = None) -> Path | None:
+        assert self.spool_dir is not None
+        extra = {CONVERSATION_OUTCOME: conversation.as_dict()} if conversation is not None else None
         try:
-            assert self.spool_dir is not None
-            self.spool_dir.mkdir(parents=True, exist_ok=True)
-            path = self.spool_dir / f"{run.run_id}.json"
-            doc = {
-                "query": run.query,
-                "agent_id": run.agent_id,
-                "user_id": run.user_id,
-                "steps": [s.__dict__ | {"timestamp": _iso(s.timestamp)} for s in run.steps],
-                "skills_activated": list(run.skills_activated),
-                "execution_error": run.execution_error,
-                "run_id": run.run_id,
-                "created_at": _iso(run.created_at),
-                "metadata": run.metadata,
-                "conversation_id": run.conversation_id,
-                "segment_index": run.segment_index,
-            }
-            path.write_text(dumps(doc), encoding="utf-8")
-            return path
-        except OSError:
+            return spool.write_spooled(self.spool_dir, run, extra)
+        except Exception as exc:  # noqa: BLE001 - a full disk must not break the agent; the result says so
+            log.error("run %s could not be spooled: %s", run.run_id, type(exc).__name__)
             return None
 
     def replay_spool(self) -> int:
-        """Store spooled runs (idempotent on run id); returns how many were stored."""
+        """Store this agent's spooled runs (idempotent on run id); returns how many were stored.
+
+        Never raises on a spool file: one that cannot be read, or whose run is refused, is moved to
+        ``bad/`` in the spool folder and the replay goes on. While the database is still unreachable the
+        replay stops and keeps the remaining files for the next one.
+        """
         assert self.spool_dir is not None
-        stored = 0
-        for path in sorted(self.spool_dir.glob("*.json")) if self.spool_dir.is_dir() else []:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+        stored = quarantined = 0
+        for path in spool.pending(self.spool_dir):
+            try:
+                doc = spool.read_spooled(path)
+            except FileNotFoundError:  # another process replayed it meanwhile
+                continue
+            except (OSError, ValueError) as exc:
+                quarantined += spool.quarantine(path) is not None
+                log.warning("spool file %s quarantined: %s", path.name, exc)
+                continue
             if doc.get("agent_id") != self.agent_id:
                 continue
-            doc["created_at"] = datetime.fromisoformat(doc["created_at"]) if doc.get("created_at") else None
-            result = self.record(doc)
+            try:
+                run = normalize_run(doc)
+                result = self._write(run, ConversationOutcome.from_dict(doc.get(CONVERSATION_OUTCOME)))
+            except RunValidationError as exc:
+                quarantined += spool.quarantine(path) is not None
+                log.warning("spool file %s quarantined: %s", path.name, exc)
+                continue
+            except OperationalError:
+                log.warning("database still unavailable: %d spooled run(s) kept", len(spool.pending(self.spool_dir)))
+                break
+            except Exception as exc:  # noqa: BLE001 - kept for the next replay (a retry converges on run id)
+                log.error("spool file %s not replayed: %s", path.name, type(exc).__name__)
+                continue
             if result.stored:
-                path.unlink()
+                path.unlink(missing_ok=True)
                 stored += 1
+            else:  # refused for good (a run id of another tenant): keep it for inspection, never retry
+                quarantined += spool.quarantine(path) is not None
+                log.warning("spool file %s quarantined: %s", path.name, result.error)
+        if quarantined:
+            log.warning("spool replay: %d stored, %d quarantined in %s/", stored, quarantined, spool.QUARANTINE)
         return stored
 
     # -- injection ---------------------------------------------------------------------------------
@@ -333,25 +390,53 @@ class Skillflow:
         tool calls already made, e.g. ``Conversation.from_messages(messages)``): the tenant's fitted rule
         picks at most one skill whose procedure continues those calls, or none (docs/guide/runtime.md,
         "Which skill, or none"). Workflow memory is never retrieved here. A disabled skillbox or a
-        retrieval failure yields a request without skills; it never raises into the agent.
+        retrieval failure yields a request without skills. It never raises into the agent: an argument it
+        cannot use (a wrong type, an unknown provider) degrades the turn to a request without skills, the
+        reason in ``error``; the request is always strict JSON (docs/guide/runtime.md, "When prepare degrades").
         """
-        if provider not in PROVIDERS:
-            raise ValueError(f"unknown provider {provider!r}; expected one of {', '.join(PROVIDERS)}")
+        args = PrepareArgs.read(
+            query,
+            user_id,
+            providers=PROVIDERS,
+            provider=provider,
+            system_prompt=system_prompt,
+            conversation=conversation,
+            history=history,
+            memories=memories,
+            workflows=workflows,
+        )
+        problems = args.problems
         skills: list[ScoredSkill] = []
-        if self.options.skillbox:
+        if self.options.skillbox and not problems:
             try:
-                skills = self.select_skills(query, user_id, conversation).skills
+                skills = self.select_skills(args.query[:MAX_RETRIEVAL_CHARS], args.user_id, args.conversation).skills
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
                 log.warning("skill retrieval failed (%s); preparing without skills", type(exc).__name__)
-        assembled = assemble(
-            query, skills=skills, history=history, memories=memories, workflows=workflows, system_prompt=system_prompt
-        )
+        try:
+            assembled = assemble(
+                args.query,
+                skills=skills,
+                history=args.history,
+                memories=args.memories,
+                workflows=args.workflows,
+                system_prompt=args.system_prompt,
+            )
+            request = to_provider(assembled, args.provider)
+            json.dumps(request, allow_nan=False)
+        except Exception as exc:  # noqa: BLE001 - the agent still gets its query, without anything learned
+            problems.append(f"request could not be assembled ({type(exc).__name__})")
+            assembled = assemble(args.query, skills=[], system_prompt=args.system_prompt)
+            request = to_provider(assembled, args.provider)
+        if problems:
+            log.warning("prepare degraded: %d argument problem(s); no skill injected", len(problems))
         log.debug(
             "prepared request: %d skill(s), %d workflow item(s) dropped",
             len(assembled.skill_ids),
             assembled.dropped_workflows,
         )
-        return Prepared(to_provider(assembled, provider), list(assembled.skills), assembled.skill_ids, assembled)
+        return Prepared(
+            request, list(assembled.skills), assembled.skill_ids, assembled, error="; ".join(problems) or None
+        )
 
     def retrieve_workflows_by_query(
         self, query: str, user_id: str, k: int = 5, *, exclude_promoted: bool = True, candidates: int = 200
@@ -413,9 +498,3 @@ class Skillflow:
             conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == self.agent_id))
             if rows:
                 conn.execute(insert(agent_tools), rows)
-
-
-def _iso(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
-    return value

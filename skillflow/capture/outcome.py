@@ -1,4 +1,4 @@
-"""Business outcome: the ``workflow_outcome_evaluator`` contract, resolved safely."""
+"""Business outcome: the ``workflow_outcome_evaluator`` contract, resolved safely, per run or per conversation."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ Evaluator = Callable[[Workflow], Any]
 @dataclass(frozen=True)
 class Resolution:
     outcome: WorkflowOutcome
-    source: str  # "execution" | "evaluator" | "learning_failure"
+    source: str  # "execution" | "evaluator" | "given" | "learning_failure"
     learning_error: str | None = None
 
 
@@ -81,3 +81,79 @@ def resolve_outcome(workflow: Workflow, evaluator: Evaluator | None) -> Resoluti
     if verdict is None:
         return Resolution(execution, "execution")
     return Resolution(verdict, "evaluator")
+
+
+CONVERSATION_OUTCOME = "conversation_outcome"  # the key a spooled procedure carries its conversation's outcome under
+
+
+@dataclass(frozen=True)
+class ConversationOutcome:
+    """A whole conversation's business outcome, the outcome of each of its procedures (docs/guide/runtime.md).
+
+    ``outcome`` is ``None`` when the evaluator left it to execution; ``source`` is ``given`` (the caller's
+    ``outcome=``), ``evaluator`` or ``learning_failure`` (the evaluator raised or answered outside the contract).
+    """
+
+    outcome: WorkflowOutcome | None
+    source: str
+    learning_error: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        """The JSON form a spooled run carries, so a replay applies the same outcome."""
+        outcome = None if self.outcome is None else self.outcome.value
+        return {"outcome": outcome, "source": self.source, "learning_error": self.learning_error}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> ConversationOutcome | None:
+        """The spooled form back (None when the run carried none); an unreadable one is ``unknown``, never a
+        success the run's own evaluator could give."""
+        if doc is None:
+            return None
+        try:
+            value, source, error = doc["outcome"], doc["source"], doc.get("learning_error")
+            outcome = None if value is None else WorkflowOutcome(value)
+            if source not in ("given", "evaluator", "learning_failure") or not isinstance(error, str | None):
+                raise TypeError(source)
+        except (KeyError, TypeError, ValueError):
+            return cls(WorkflowOutcome.UNKNOWN, "learning_failure", "spooled conversation outcome unreadable")
+        return cls(outcome, source, error)
+
+
+def given_outcome(value: Any) -> ConversationOutcome | None:
+    """The caller's ``outcome=``: ``None``, a bool, ``"success"``/``"failure"`` or a ``WorkflowOutcome``.
+
+    Raises ``ValueError`` (naming the parameter, never the value) for anything else.
+    """
+    if value is None:
+        return None
+    try:
+        verdict = _coerce(value)
+    except TypeError:
+        verdict = None
+    if verdict is None:
+        raise ValueError("outcome must be a bool, 'success', 'failure' or a WorkflowOutcome")
+    return ConversationOutcome(verdict, "given")
+
+
+def evaluate_conversation(workflow: Workflow, evaluator: Evaluator) -> ConversationOutcome:
+    """Run ``evaluator`` once over a whole conversation. Never raises.
+
+    Unlike a single run, the evaluator runs even when a call failed: its verdict still decides the procedures
+    that executed. An exception or an answer outside the contract is a learning failure (``unknown``).
+    """
+    try:
+        verdict = _coerce(evaluator(workflow))
+    except Exception as exc:  # noqa: BLE001 - a user callback must never break the agent's run
+        return ConversationOutcome(
+            WorkflowOutcome.UNKNOWN, "learning_failure", f"evaluator failed: {type(exc).__name__}"
+        )
+    return ConversationOutcome(verdict, "evaluator")
+
+
+def apply_conversation(execution: WorkflowOutcome, conversation: ConversationOutcome) -> Resolution:
+    """One procedure's outcome under its conversation's: a failed execution stays a failure, whatever the
+    conversation's outcome; otherwise the conversation's outcome, so a failed conversation fails every procedure
+    and an evaluator error gives ``unknown``, never a success."""
+    if execution is WorkflowOutcome.FAILURE or conversation.outcome is None:
+        return Resolution(execution, "execution")
+    return Resolution(conversation.outcome, conversation.source, conversation.learning_error)

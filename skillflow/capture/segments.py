@@ -51,7 +51,7 @@ class Segment:
     index: int
 
 
-def _text(content: Any) -> str:
+def message_text(content: Any) -> str:
     """A message's text: a string, or the text parts of an OpenAI content list."""
     if content is None:
         return ""
@@ -81,9 +81,9 @@ def _result(message: Mapping[str, Any] | None) -> tuple[Any, str | None, str | N
     if message is None:
         return None, NO_RESULT, "Error:no_result"
     if message.get("error") not in (None, ""):
-        return None, _text(message.get("error")), None
+        return None, message_text(message.get("error")), None
     content = message.get("content")
-    text = _text(content)
+    text = message_text(content)
     if text.startswith(ERROR_PREFIX):
         return None, text, None
     if isinstance(content, str):
@@ -104,7 +104,7 @@ def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
             raise ConversationError(f"messages[{i}] must be a mapping")
         role = message.get("role")
         if role == "user":
-            events.append(("user", i, _text(message.get("content"))))
+            events.append(("user", i, message_text(message.get("content"))))
             continue
         calls = message.get("tool_calls") if role == "assistant" else None
         if not calls:

@@ -204,6 +204,7 @@ class TenantRule:
 
     state: str
     rule: Rule | None = None
+    live: bool = True  # the tenant has an ACTIVE skill (without one, a request is never embedded)
 
 
 # The rule state's version in one statement, built once (the request path runs it on every call): the
@@ -218,6 +219,16 @@ _STAMPS = select(
         applicability_rules.c.user_id == bindparam("user_id"),
     )
     .scalar_subquery(),
+)
+# Whether the tenant has an ACTIVE skill, read on a cache miss only (any status change bumps the stamp).
+_LIVE = (
+    select(skillbox.c.id)
+    .where(
+        skillbox.c.agent_id == bindparam("agent_id"),
+        skillbox.c.user_id == bindparam("user_id"),
+        skillbox.c.status == SkillStatus.ACTIVE.value,
+    )
+    .limit(1)
 )
 
 
@@ -240,7 +251,8 @@ class _Cache:
             return hit[1]
         stored = load_rule(conn, agent_id, user_id)
         if stored is None:
-            value = TenantRule(UNCALIBRATED)
+            live = row[0] is not None and conn.execute(_LIVE, {"agent_id": agent_id, "user_id": user_id}).first()
+            value = TenantRule(UNCALIBRATED, live=bool(live))
         elif stored.model_id != model_id or stored.fingerprint != fingerprint(conn, agent_id, user_id, model_id):
             value = TenantRule(STALE)
         else:

@@ -4,13 +4,17 @@ An agent calls ``Skillflow.prepare(query, user_id, conversation=...)`` before ev
 conversation gives retrieval the request's context (the view the tenant's fitted rule chose) and the
 calls made since the last state-changing call (the prefix a skill's procedure must continue). Build it
 from OpenAI-format messages with :meth:`Conversation.from_messages`, or directly.
+
+Done means done (docs/guide/runtime.md, "Which skill, or none"): each call knows how many user messages
+came before it, so the request is read from the first user message after the last successful write, and an
+intent whose write succeeded with no user message after it is done (:meth:`Conversation.done`).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 LAST = "last"  # the latest user message
@@ -20,11 +24,13 @@ RECENT_MESSAGES = 3
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One call the agent already made: the tool, its top-level argument keys, and whether it errored."""
+    """One call the agent already made: the tool, its top-level argument keys, whether it errored, and how many
+    user messages came before it (``None``: unknown, as in a conversation built without them)."""
 
     tool: str
     arg_keys: tuple[str, ...] = ()
     errored: bool = False
+    users_before: int | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,23 @@ class Conversation:
         if query.strip() and (not users or users[-1] != query):
             users.append(query)
         return tuple(users)
+
+    def _writes(self, changes_state: Callable[[str], bool]) -> list[ToolCall]:
+        """The successful state-changing calls whose place among the user messages is known."""
+        return [c for c in self.calls if c.users_before is not None and not c.errored and changes_state(c.tool)]
+
+    def request(self, query: str, changes_state: Callable[[str], bool]) -> tuple[str, ...]:
+        """The user messages of the current request: :meth:`with_request` from the first message after the last
+        successful write that has one after it, so an earlier request's text cannot choose a skill by itself."""
+        messages = self.with_request(query)
+        starts = [c.users_before for c in self._writes(changes_state) if c.users_before is not None]
+        cut = max((n for n in starts if n < len(messages)), default=0)
+        return messages[cut:]
+
+    def done(self, intent: str, query: str, changes_state: Callable[[str], bool]) -> bool:
+        """Whether ``intent``'s write already succeeded and no user message (``query`` included) came after it."""
+        total = len(self.with_request(query))
+        return any(c.tool == intent and (c.users_before or 0) >= total for c in self._writes(changes_state))
 
     def prefix(self, changes_state: Callable[[str], bool]) -> tuple[str, ...]:
         """Tools called since the last state-changing call (what the next procedure must start with)."""
@@ -102,15 +125,14 @@ def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, in
             fn = tc.get("function") if isinstance(tc, Mapping) else None
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
                 continue
-            calls.append(ToolCall(fn["name"], _arg_keys(fn.get("arguments"))))
+            calls.append(ToolCall(fn["name"], _arg_keys(fn.get("arguments")), users_before=len(users)))
             if isinstance(tc.get("id"), str) and tc["id"]:
                 pending[tc["id"]] = len(calls) - 1
     elif role == "tool" and isinstance(m.get("content"), str) and m["content"].startswith("Error"):
         call_id = m.get("tool_call_id")
         idx = pending.get(call_id, len(calls) - 1) if isinstance(call_id, str) else len(calls) - 1
         if 0 <= idx < len(calls):
-            c = calls[idx]
-            calls[idx] = ToolCall(c.tool, c.arg_keys, True)
+            calls[idx] = replace(calls[idx], errored=True)
 
 
 def _arg_keys(arguments: Any) -> tuple[str, ...]:

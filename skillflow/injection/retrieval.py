@@ -379,7 +379,7 @@ def _rank_oracle(
 ) -> list[tuple[str, float]]:
     import array
 
-    from skillflow.storage.oracle.files import load_query
+    from skillflow.storage.oracle_files import load_query
 
     sql = load_query("search_skills")
 

@@ -6,7 +6,12 @@ says (over the conversation so far), redacted and vectorised exactly like the st
 most one skill — never one of an intent the calls already made contradict. A stale rule (fitted for
 another set of live skills) injects nothing. A tenant without a rule keeps the configured threshold over
 the skills' own vectors (exact, pruned search), with the same conversation checks: candidates whose
-procedure contradicts the calls made are dropped and those that continue them come first.
+procedure contradicts the calls made are dropped and those that continue them come first. A tenant without
+an ACTIVE skill gets nothing without its request being embedded (the embedder is never loaded for it).
+
+Done means done: the request is read from the first user message after the last successful write
+(:meth:`~skillflow.injection.conversation.Conversation.request`), and a skill whose intent's write already
+succeeded with no user message after it is not injected (reason ``done``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, select
 
 from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
-from skillflow.injection.calibration import Rule, decide
+from skillflow.injection.calibration import READ_ONLY, Rule, decide
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
@@ -56,10 +61,22 @@ def procedures(conn: Connection, agent_id: str, user_id: str, hashes: Sequence[s
     return {h: class_procedure(conn, agent_id, user_id, h) for h in dict.fromkeys(hashes)}
 
 
+DONE = "done: its write already succeeded and no user message came after it"
+
+
 def _apply(
-    conn: Connection, rule: Rule, q: np.ndarray, prefix: Sequence[str], agent_id: str, user_id: str
+    conn: Connection,
+    rule: Rule,
+    q: np.ndarray,
+    prefix: Sequence[str],
+    agent_id: str,
+    user_id: str,
+    done: Callable[[str], bool] = lambda intent: False,
 ) -> Selection:
     d = decide(rule, q, prefix)
+    intent = next((s.intent for s in rule.skills if s.skill_id == d.skill_id), None) if d.skill_id else None
+    if intent is not None and done(intent):
+        return Selection([], CURRENT, DONE)
     chosen = _skill(conn, d.skill_id, agent_id, user_id, d.score) if d.skill_id else None
     return Selection([chosen] if chosen else [], CURRENT, d.reason)
 
@@ -90,8 +107,12 @@ def select_skills(
 ) -> Selection:
     """The skills to render for ``query`` after ``conversation`` (see the module docstring)."""
     conv = conversation or Conversation()
-    messages = conv.with_request(query)
+    messages = conv.request(query, changes_state)
     prefix = conv.prefix(changes_state)
+
+    def done(intent: str) -> bool:
+        return conv.done(intent, query, changes_state)
+
     if config.max_skills_in_context <= 0 or not messages:
         return Selection([], "off", "no request")
     with engine.connect() as conn:
@@ -105,7 +126,9 @@ def select_skills(
             if not view_text(messages, LAST, form):
                 return Selection([], CURRENT, "empty request")
             q = vectors([messages], rule.view, embedder, form, cached=True)[0]
-            return _apply(conn, rule, q, prefix, agent_id, user_id)
+            return _apply(conn, rule, q, prefix, agent_id, user_id, done)
+        if not tenant.live:
+            return Selection([], "uncalibrated", "no live skill")
         text = view_text(messages, LAST, form)
         if not text:
             return Selection([], "uncalibrated", "empty request")
@@ -119,9 +142,19 @@ def select_skills(
             k=config.max_skills_in_context,
             min_score=config.retrieval_min_similarity,
         )
-        if prefix and found:
+        if found and conv.calls:
             procs = procedures(conn, agent_id, user_id, [s.canonical_hash for s in found])
-            cont = [s for s in found if procs[s.canonical_hash][: len(prefix)] == prefix]
-            rest = [s for s in found if s not in cont and set(prefix) <= set(procs[s.canonical_hash])]
-            found = cont + rest
+            if prefix:
+                cont = [s for s in found if procs[s.canonical_hash][: len(prefix)] == prefix]
+                rest = [s for s in found if s not in cont and set(prefix) <= set(procs[s.canonical_hash])]
+                found = cont + rest
+            open_ = [s for s in found if not done(_intent(procs[s.canonical_hash], changes_state))]
+            if found and not open_:
+                return Selection([], "uncalibrated", DONE)
+            found = open_
         return Selection(found, "uncalibrated", "fixed threshold")
+
+
+def _intent(procedure: Sequence[str], changes_state: Callable[[str], bool]) -> str:
+    """The state-changing call a procedure ends in, or ``read-only``."""
+    return procedure[-1] if procedure and changes_state(procedure[-1]) else READ_ONLY

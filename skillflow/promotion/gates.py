@@ -14,9 +14,11 @@ COVERED = "already covered by a live skill"
 UNKNOWN_CLASS = "unknown trajectory class"
 INSUFFICIENT = "distillation returned INSUFFICIENT"
 TRIVIAL = "trivial: a single read-only call"
+READ_ONLY_CLASS = "read-only: no state-changing call"
 GATE_NAMES = (
     "not_covered",
     "not_trivial",
+    "read_only",
     "executions",
     "success_rate",
     "unknown_share",
@@ -63,6 +65,17 @@ def is_trivial(stats: ClassStats, declared: Mapping[str, bool] | None = None) ->
     return not changes_state(sequence.removesuffix("!"), declared)
 
 
+def is_read_only(stats: ClassStats, declared: Mapping[str, bool] | None = None) -> bool:
+    """A class none of whose calls changes state (declared flag, else the tool-name verb rule)."""
+    tools = [t.strip().removesuffix("!") for t in (stats.tool_sequence or "").split(" > ") if t.strip()]
+    return not any(changes_state(t, declared) for t in tools)
+
+
+def read_only_gated(declared: Mapping[str, bool] | None) -> bool:
+    """Whether the read-only gate applies: the agent declared at least one tool state-changing."""
+    return declared is not None and any(declared.values())
+
+
 def evaluate_gates(
     stats: ClassStats,
     config: PromotionConfig,
@@ -73,12 +86,19 @@ def evaluate_gates(
     """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason.
 
     ``declared`` is the agent's declared state-changing flags (``storage.skills.declared_state_changes``);
-    without it the trivial gate uses the tool-name verb rule.
+    without it the trivial gate uses the tool-name verb rule. The read-only gate (a class without a
+    state-changing call) applies only when ``declared`` flags at least one tool state-changing: an agent that
+    declared none (or declared every tool read-only) keeps read-only classes eligible.
     """
     days = whole_days_since(stats.last_seen, now)
     ordered: list[tuple[str, bool, str]] = [
         ("not_covered", not (live_skill or stats.stamped > 0), COVERED),
         ("not_trivial", config.promote_trivial_classes or not is_trivial(stats, declared), TRIVIAL),
+        (
+            "read_only",
+            config.promote_read_only_classes or not read_only_gated(declared) or not is_read_only(stats, declared),
+            READ_ONLY_CLASS,
+        ),
         (
             "executions",
             stats.executions >= config.min_executions,

@@ -195,3 +195,43 @@ def test_ingest_by_conversation_stores_one_run_per_procedure(engine: Engine, tau
         assert intents[row.id] == "read-only" or last == intents[row.id]
     assert any("\n" in r.query for r in rows)  # procedures span user turns
     assert ingest_tau_bench(tau_subset, _sf(engine)).already_present == len(parsed)
+
+
+def test_reward_is_the_outcome_of_every_procedure_of_its_episode(engine: Engine, tau_subset: Path) -> None:
+    """``--outcome reward`` takes the conversation path: a failed episode stores no procedure as a success."""
+    parsed = parse_tau_bench(tau_subset)
+    ingest_tau_bench(tau_subset, _sf(engine), outcome="reward", end=END)
+    reward = {r.run_id: r.metadata["reward"] for r in parsed}
+    wm = workflow_memory.c
+    with engine.connect() as conn:
+        rows = conn.execute(select(wm.id, wm.outcome, wm.execution_outcome, wm.outcome_source)).all()
+    assert len(rows) == len(parsed)
+    failed_episode_executed = 0
+    for run_id, outcome, execution, source in rows:
+        if execution == "failure":
+            assert (outcome, source) == ("failure", "execution"), run_id
+        else:
+            assert outcome == ("success" if reward[run_id] >= 1.0 else "failure"), run_id
+            assert source == "given", run_id
+            failed_episode_executed += reward[run_id] < 1.0
+    assert failed_episode_executed > 0  # procedures that executed fine in a failed episode: failures
+
+
+def test_ingest_declares_the_writes_so_read_only_classes_are_held_back(engine: Engine, tau_subset: Path) -> None:
+    from skillflow.kernel.config import PromotionConfig, Settings
+    from skillflow.kernel.state import changes_state
+    from skillflow.promotion.cycle import run_partition
+    from skillflow.promotion.gates import READ_ONLY_CLASS
+
+    ingest_tau_bench(tau_subset, _sf(engine), end=END)
+    with engine.connect() as conn:
+        flags = dict(conn.execute(select(agent_tools.c.tool_name, agent_tools.c.changes_state)).all())
+        sequences = dict(conn.execute(select(workflow_memory.c.canonical_hash, workflow_memory.c.tool_sequence)).all())
+    assert flags == {tool: int(changes_state(tool)) for tool in flags} and any(flags.values())
+    config = PromotionConfig(min_executions=1, min_distinct_queries=1, promotion_every_n_runs=0)
+    report = run_partition(
+        engine, "tau-bench-airline", "shared", config, dry_run=True, settings=Settings(embedder="hashing")
+    )
+    read_only = {sequences[g.canonical_hash] for g in report.gates if g.reason == READ_ONLY_CLASS}
+    assert "get_user_details > get_reservation_details" in read_only
+    assert all(" > " in s and not any(changes_state(t.rstrip("!")) for t in s.split(" > ")) for s in read_only)

@@ -41,6 +41,7 @@ def test_exactly_at_every_threshold_is_eligible() -> None:
     assert result.checks == {
         "not_covered": True,
         "not_trivial": True,
+        "read_only": True,
         "executions": True,
         "success_rate": True,
         "unknown_share": True,
@@ -71,6 +72,7 @@ def test_first_failure_wins_but_every_check_is_computed() -> None:
     assert result.checks == {
         "not_covered": True,
         "not_trivial": True,
+        "read_only": True,
         "executions": False,
         "success_rate": False,
         "unknown_share": True,
@@ -129,3 +131,21 @@ def test_a_single_read_only_call_is_trivial_unless_allowed_or_declared() -> None
     # One write, or a lookup followed by anything, is a procedure.
     for sequence in ("cancel_reservation", "get_user_details > get_reservation_details", "get_a > think"):
         assert evaluate_gates(replace(stats(), tool_sequence=sequence), CFG, NOW, live_skill=False).eligible
+
+
+def test_read_only_gate_applies_only_after_a_declared_write() -> None:
+    from dataclasses import replace
+
+    from skillflow.promotion.gates import READ_ONLY_CLASS
+
+    reads = replace(stats(), tool_sequence="get_user_details > get_reservation_details!")
+    write = replace(reads, tool_sequence="get_user_details > cancel_reservation")
+    declared = {"cancel_reservation": True}
+    assert evaluate_gates(reads, CFG, NOW, False, declared).reasons == [READ_ONLY_CLASS]
+    assert evaluate_gates(write, CFG, NOW, False, declared).eligible
+    assert evaluate_gates(reads, CFG, NOW, False, None).eligible  # nothing declared: eligible
+    assert evaluate_gates(reads, CFG, NOW, False, {"cancel_reservation": False}).eligible  # declared no write
+    # A tool the agent declared state-changing makes a class with a read verb a procedure with a write.
+    assert evaluate_gates(reads, CFG, NOW, False, {"get_reservation_details": True}).eligible
+    allowed = PromotionConfig(promote_read_only_classes=True)
+    assert evaluate_gates(reads, allowed, NOW, False, declared).eligible

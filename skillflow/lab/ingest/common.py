@@ -6,14 +6,14 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select
 
-from skillflow.capture.outcome import Workflow
+from skillflow.capture.outcome import ConversationOutcome, Workflow, given_outcome
 from skillflow.kernel.models import RunInput, utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import workflow_memory
@@ -105,6 +105,16 @@ def reward_evaluator(workflow: Workflow) -> bool | None:
     return float(reward) >= 1.0
 
 
+def reward_outcome(run: RunInput) -> ConversationOutcome | None:
+    """The episode reward in a run's metadata as its conversation's outcome: 1.0 → success, else failure.
+
+    The same path as ``record_conversation(..., outcome=...)``: every procedure of a failed episode is a
+    failure, a failed execution stays a failure, and a run without a reward keeps its execution outcome.
+    """
+    reward = run.metadata.get("reward") if run.metadata else None
+    return None if reward is None else given_outcome(float(reward) >= 1.0)
+
+
 @dataclass
 class IngestReport:
     """What an ingest did; counts only, no payloads."""
@@ -183,14 +193,18 @@ def write_runs(
     tools: Iterable[str],
     progress: Progress | None = None,
     default_tenant: tuple[str, str] | None = None,
+    outcome_of: Callable[[RunInput], ConversationOutcome | None] | None = None,
+    state_changing: Mapping[str, bool] | None = None,
 ) -> IngestReport:
     """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id).
 
     Run ids are scoped to the tenant (:func:`tenant_run_id`; ``default_tenant`` keeps bare corpus ids).
+    ``outcome_of`` gives a run the outcome of the conversation (episode) it belongs to (:func:`reward_outcome`);
+    ``state_changing`` is the toolbox's declaration (``Skillflow.register_tools``).
     """
     default = default_tenant or (report.agent_id, report.user_id)
     runs = [replace(r, run_id=tenant_run_id(r.run_id, r.agent_id, r.user_id, default)) if r.run_id else r for r in runs]
-    sf.register_tools(tools)
+    sf.register_tools(tools, state_changing=state_changing)
     report.tools = sorted(set(tools))
     present = _existing(sf, [r.run_id for r in runs if r.run_id])
     for done, run in enumerate(runs, start=1):
@@ -204,7 +218,7 @@ def write_runs(
             if progress is not None:
                 progress(done, len(runs))
             continue
-        result = sf.record(run)
+        result = sf.record(run, conversation=outcome_of(run) if outcome_of is not None else None)
         if result.stored:
             report.stored += 1
             if result.run_id in present:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from skillflow.capture.segments import segment_conversation
 from skillflow.kernel.models import RunInput, Step
+from skillflow.kernel.state import changes_state
 from skillflow.lab.ingest.common import (
     DEFAULT_USER_ID,
     IngestReport,
@@ -27,7 +28,7 @@ from skillflow.lab.ingest.common import (
     decode_arguments,
     decode_json,
     error_class_for,
-    reward_evaluator,
+    reward_outcome,
     with_timestamps,
     write_runs,
 )
@@ -154,9 +155,18 @@ def ingest_tau_bench(
     progress: Progress | None = None,
     unit: Unit = "conversation",
 ) -> IngestReport:
-    """Parse and store a τ-bench file through ``sf``; ``outcome="reward"`` applies the episode reward."""
+    """Parse and store a τ-bench file through ``sf``; ``outcome="reward"`` makes the episode reward the outcome
+    of the episode's conversation, so of each of its runs (:func:`~skillflow.lab.ingest.common.reward_outcome`,
+    the path of ``record_conversation(..., outcome=...)``).
+
+    The toolbox is registered with each tool's state-changing flag declared by the verb rule the procedures are
+    segmented with, as an airline agent declares its writes: so the promotion gates hold back read-only
+    classes (docs/guide/promotion.md, "Gates")."""
     runs = with_timestamps(parse_tau_bench(path, sf.agent_id, user_id, unit), end)
-    writer = replace(sf, workflow_outcome_evaluator=reward_evaluator if outcome == "reward" else None)
+    writer = replace(sf, workflow_outcome_evaluator=None)
     tools = {s.tool for r in runs for s in r.steps}
     report = IngestReport("tau-bench", sf.agent_id, user_id, outcome)
-    return write_runs(writer, runs, report, tools, progress, (DEFAULT_AGENT_ID, DEFAULT_USER_ID))
+    outcome_of = reward_outcome if outcome == "reward" else None
+    declared = {tool: changes_state(tool) for tool in tools}
+    tenant = (DEFAULT_AGENT_ID, DEFAULT_USER_ID)
+    return write_runs(writer, runs, report, tools, progress, tenant, outcome_of, declared)

@@ -1,0 +1,68 @@
+"""No read-only skills by default: a class without a state-changing call is not promoted once the agent has
+declared a state-changing tool; an agent that declared none keeps read-only classes eligible."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, select
+
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import Step
+from skillflow.promotion.cycle import run_partition
+from skillflow.promotion.gates import READ_ONLY_CLASS
+from skillflow.runtime import Skillflow
+from skillflow.storage.schema import workflow_memory
+
+CONFIG = PromotionConfig(min_executions=3, promotion_every_n_runs=0)
+TOOLS = ["get_user_details", "get_reservation_details", "cancel_reservation"]
+LOOKUP = [
+    Step("get_user_details", {"user_id": "mia_1"}, {"name": "Mia"}),
+    Step("get_reservation_details", {"reservation_id": "ZQ1"}, {"status": "booked"}),
+]
+CANCEL = [*LOOKUP, Step("cancel_reservation", {"reservation_id": "ZQ1"}, {"status": "cancelled"})]
+
+
+def _seed(engine: Engine, state_changing: dict[str, bool] | None) -> None:
+    sf = Skillflow(agent_id="a1", engine=engine, config=CONFIG)
+    sf.register_tools(TOOLS, state_changing=state_changing)
+    for i in range(3):
+        assert sf.record_run(f"what is on my booking {i}", "u1", LOOKUP, strict=True).stored
+        assert sf.record_run(f"cancel my booking {i}", "u1", CANCEL, strict=True).stored
+
+
+def _table(engine: Engine, config: PromotionConfig = CONFIG) -> dict[str, tuple[bool, str | None]]:
+    """ "lookup"/"cancel" → (read_only gate passed, reported reason) from a dry-run cycle's class table."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(workflow_memory.c.canonical_hash, workflow_memory.c.tool_sequence)).all()
+    sequences = {h: seq for h, seq in rows}
+    report = run_partition(engine, "a1", "u1", config, dry_run=True)
+    name = {"get_user_details > get_reservation_details": "lookup"}
+    return {
+        name.get(sequences[row.canonical_hash], "cancel"): (row.checks["read_only"], row.reason) for row in report.gates
+    }
+
+
+def test_read_only_class_is_not_promoted_when_the_agent_declared_a_write(engine: Engine) -> None:
+    _seed(engine, {"cancel_reservation": True})
+    table = _table(engine)
+    assert table["lookup"] == (False, READ_ONLY_CLASS)
+    assert READ_ONLY_CLASS == "read-only: no state-changing call"
+    assert table["cancel"] == (True, None)
+    report = run_partition(engine, "a1", "u1", CONFIG, dry_run=True)
+    assert len(report.would_promote) == 1  # the cancel class only
+    assert sum(1 for _, reason in report.skipped if reason == READ_ONLY_CLASS) == 1
+
+
+def test_read_only_class_stays_eligible_without_a_declared_write(engine: Engine) -> None:
+    _seed(engine, None)  # no declaration at all: the verb rule segments, read-only classes stay eligible
+    assert _table(engine)["lookup"] == (True, None)
+
+
+def test_declaring_every_tool_read_only_keeps_read_only_classes_eligible(engine: Engine) -> None:
+    _seed(engine, {t: False for t in TOOLS})  # an explicit "this agent changes nothing"
+    table = _table(engine)
+    assert table["lookup"] == (True, None) and table["cancel"] == (True, None)
+
+
+def test_promote_read_only_classes_turns_the_gate_off(engine: Engine) -> None:
+    _seed(engine, {"cancel_reservation": True})
+    assert _table(engine, CONFIG.merged({"promote_read_only_classes": True}))["lookup"] == (True, None)
