@@ -22,10 +22,13 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from skillflow.injection.procedures import Chooser, follows
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.state import NOOP_TOOLS
 
 NONE = "__none__"
 READ_ONLY = "read-only"
@@ -41,13 +44,14 @@ LR_TOLERANCE = 1e-6  # stop when no coordinate of the (objective / C n) gradient
 
 @dataclass(frozen=True)
 class Example:
-    """One request of the history at its probe moment: its views' vectors, intent, class and prior calls."""
+    """One model call point of the history: its views' vectors, intent, class and the calls made before it."""
 
     group: str  # conversation id (or the run id of a standalone run)
     intent: str
     klass: str
     vectors: Mapping[str, np.ndarray]  # view name -> unit vector
-    prefix: tuple[str, ...] = ()  # tools called before its state-changing call, in order
+    prefix: tuple[str, ...] = ()  # tools called before it since the last state-changing call, in order
+    trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
 
 
 @dataclass(frozen=True)
@@ -65,11 +69,18 @@ class LiveSkill:
         return follows(tuple(calls), self.procedure)
 
 
+def _config_default(name: str) -> Any:
+    """The ``PromotionConfig`` default of ``name``: the budgets have one source, the configuration."""
+    return PromotionConfig.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class Budget:
-    wrong: float = 0.02
-    false: float = 0.03
-    min_negatives: int = 10
+    """The inner-CV budgets of a fit; the defaults are ``PromotionConfig``'s ``applicability_*`` defaults."""
+
+    wrong: float = _config_default("applicability_wrong_budget")
+    false: float = _config_default("applicability_false_budget")
+    min_negatives: int = _config_default("applicability_min_negatives")
     folds: int = 5
     seed: int = 1
 
@@ -145,6 +156,8 @@ class _Index:
         lab: list[str],
         c: float | None = None,
         basis: np.ndarray | None = None,
+        weights: np.ndarray | None = None,
+        start: np.ndarray | None = None,
     ) -> None:
         self.labels = labels
         lid = {name: i for i, name in enumerate(labels)}
@@ -156,8 +169,10 @@ class _Index:
         self.present = np.isin(np.arange(len(labels)), self.lab)
         self.w: np.ndarray | None = None
         self.b: np.ndarray | None = None
+        self.solution: np.ndarray | None = None  # the optimiser's variables, a warm start for another C
         if c is not None and self.vecs.shape[0]:
-            self.w, self.b = _logistic(self.vecs, self.lab, self.present, c, basis)
+            wts = None if weights is None else np.asarray(weights, np.float64)[order]
+            self.w, self.b, self.solution = _logistic(self.vecs, self.lab, self.present, c, basis, wts, start)
 
     def best(self, q: np.ndarray) -> np.ndarray:
         out = np.full(len(self.labels), -np.inf)
@@ -188,17 +203,25 @@ def _span(vecs: np.ndarray) -> np.ndarray | None:
 
 
 def _logistic(
-    vecs: np.ndarray, lab: np.ndarray, present: np.ndarray, c: float, basis: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+    vecs: np.ndarray,
+    lab: np.ndarray,
+    present: np.ndarray,
+    c: float,
+    basis: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
+    start: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Multinomial logistic regression, min 0.5 ||W||^2 + C * sum of log-losses (intercept unpenalised), by
     L-BFGS from zero with the exact gradient in the examples' span (``basis``, from :func:`_span` when not
-    given): deterministic, a few dozen iterations."""
+    given): deterministic, a few dozen iterations. ``weights`` counts each row that many times (identical
+    rows merged); ``start`` is the solution of the same rows at another C (the optimum is the same, it is
+    reached in fewer iterations). Returns the weights, the intercepts and the optimiser's solution."""
     labels = np.flatnonzero(present)
     w_all = np.zeros((present.shape[0], vecs.shape[1]))
     b_all = np.full(present.shape[0], -np.inf)
     if len(labels) < 2:
         b_all[labels] = 0.0
-        return w_all, b_all
+        return w_all, b_all, None
     n, d = vecs.shape
     k = len(labels)
     from scipy.optimize import minimize  # only a fit trains; deciding a request never loads scipy
@@ -211,7 +234,9 @@ def _logistic(
     x = np.hstack([feats, np.ones((n, 1))])
     y = np.zeros((n, k))
     y[np.arange(n), np.searchsorted(labels, lab)] = 1.0
-    lam = 1.0 / (c * n)  # the objective divided by C * n
+    wt = np.ones((n, 1)) if weights is None else np.asarray(weights, np.float64).reshape(n, 1)
+    total_w = float(wt.sum())
+    lam = 1.0 / (c * total_w)  # the objective divided by C * (number of rows counted)
     pen = np.ones((d + 1, 1))
     pen[-1] = 0.0
 
@@ -221,18 +246,19 @@ def _logistic(
         top = z.max(axis=1, keepdims=True)
         e = np.exp(z - top)
         total = e.sum(axis=1, keepdims=True)
-        loss = float((np.log(total) + top - (z * y).sum(axis=1, keepdims=True)).sum()) / n
-        grad = x.T @ (e / total - y) / n + lam * pen * w
+        loss = float((wt * (np.log(total) + top - (z * y).sum(axis=1, keepdims=True))).sum()) / total_w
+        grad = x.T @ (wt * (e / total - y)) / total_w + lam * pen * w
         return loss + 0.5 * lam * float((pen * w * w).sum()), grad.ravel()
 
+    x0 = start if start is not None and start.shape == ((d + 1) * k,) else np.zeros((d + 1) * k)
     res = minimize(
-        objective, np.zeros((d + 1) * k), jac=True, method="L-BFGS-B",
+        objective, x0, jac=True, method="L-BFGS-B",
         options={"maxiter": LR_ITERS, "gtol": LR_TOLERANCE, "ftol": 0.0},
     )  # fmt: skip
     w = res.x.reshape(d + 1, k)
     coef = w[:-1] if basis is None else basis @ w[:-1]
     w_all[labels], b_all[labels] = coef.T, w[-1]
-    return w_all, b_all
+    return w_all, b_all, res.x
 
 
 def _score(
@@ -275,6 +301,24 @@ def _by_intent(skills: Sequence[LiveSkill]) -> dict[str, list[LiveSkill]]:
     for s in skills:
         out.setdefault(s.intent, []).append(s)
     return out
+
+
+def _merged(vecs: Sequence[np.ndarray], lab: Sequence[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Identical (vector, label) rows as one row with its count: a request's call points share its vector."""
+    rows: dict[tuple[str, bytes], int] = {}
+    keep: list[np.ndarray] = []
+    names: list[str] = []
+    count: list[float] = []
+    for v, name in zip(vecs, lab, strict=True):
+        j = rows.setdefault((name, np.ascontiguousarray(v).tobytes()), len(keep))
+        if j == len(keep):
+            keep.append(v)
+            names.append(name)
+            count.append(0.0)
+        count[j] += 1.0
+    dim = vecs[0].shape[0] if len(vecs) else 0
+    out = np.stack(keep) if keep else np.zeros((0, dim), np.float32)
+    return out, names, np.asarray(count)
 
 
 def folds_by_group(groups: Sequence[str], k: int, seed: int) -> list[list[int]]:
@@ -335,15 +379,19 @@ def _records_each(
     rows: list[list[tuple[str, float, float, bool, bool, bool]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
         held = set(fold)
-        train = [e for i, e in enumerate(examples) if i not in held]
+        seen = [e for i, e in enumerate(examples) if i not in held]
+        train = [e for e in seen if e.trains]
         if not train:
             continue
-        vecs = np.stack([e.vectors[view] for e in train])
-        lab = [e.intent if e.intent in by_intent else NONE for e in train]
+        vecs, lab, wts = _merged(
+            [e.vectors[view] for e in train], [e.intent if e.intent in by_intent else NONE for e in train]
+        )
         basis = _span(vecs) if any(c is not None for c in strengths) else None
-        before = _tools_before(train)
-        for k, c in enumerate(strengths):
-            index = _Index(labels, vecs, lab, c, basis)
+        before = _tools_before(seen)
+        start = None
+        for k, c in enumerate(strengths):  # strengths ascending: each classifier starts from the previous one
+            index = _Index(labels, vecs, lab, c, basis, wts, start)
+            start = index.solution if index.solution is not None else start
             for i in fold:
                 ex = examples[i]
                 label, s1, s2, has = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
@@ -363,39 +411,59 @@ def _feasible(c: tuple[int, int, int], r: _Records, b: Budget) -> bool:
     return c[1] <= b.wrong * r.n_pos and c[2] <= b.false * r.n_neg
 
 
-def _floor_vec(r: _Records, floors: Mapping[str, float], default: float) -> np.ndarray:
-    fv = np.full(r.lab.shape[0], default, dtype=np.float64)
-    for intent, f in floors.items():
-        fv[r.lab == intent] = f
-    return fv
+class _Tail:
+    """Counts (hits, wrong, false) of a set of records above any floor: their scores sorted once with suffix sums,
+    so a floor costs one binary search instead of a pass over the records."""
+
+    def __init__(self, s1: np.ndarray, hit: np.ndarray, wrong: np.ndarray, false: np.ndarray) -> None:
+        order = np.argsort(s1, kind="stable")
+        self.s1 = s1[order]
+        self.suffix = np.zeros((len(order) + 1, 3), dtype=np.int64)
+        ind = np.stack([hit[order], wrong[order], false[order]], axis=1).astype(np.int64)
+        self.suffix[:-1] = np.cumsum(ind[::-1], axis=0)[::-1]
+
+    def at(self, floors: np.ndarray) -> np.ndarray:
+        """(len(floors), 3) counts of the records whose score is at least each floor."""
+        return self.suffix[np.searchsorted(self.s1, floors, side="left")]
 
 
 def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[str, float], tuple[int, int, int]]:
-    """Best (margin, per-intent floors, counts): the most hits within budget, then the smallest margin."""
+    """Best (margin, per-intent floors, counts): the most hits within budget, then the smallest margin.
+
+    For each margin: the lowest single floor within budget, then per-intent floors by coordinate ascent (each
+    intent's floor moved to the first of its candidate floors that adds the most hits within budget)."""
     intents = sorted({str(x) for x in r.lab if x != NONE})
+    limit = np.asarray([np.inf, budget.wrong * r.n_pos, budget.false * r.n_neg])
     best: tuple[tuple[int, float], float, dict[str, float], tuple[int, int, int]] | None = None
     for m in MARGINS:
         sel = (r.lab != NONE) & (r.gap >= m) & (r.s1 >= lower)
-        grid = [NEVER, *sorted({float(x) for x in r.s1[sel]}, reverse=True)]
-        base, cur = NEVER, r.counts(m, _floor_vec(r, {}, NEVER))
-        for f in grid:  # one global floor: the lowest one within budget
-            c = r.counts(m, _floor_vec(r, {}, f))
-            if _feasible(c, r, budget) and c[0] >= cur[0]:
-                base, cur = f, c
+        eligible = (r.lab != NONE) & r.has_skill & (r.gap >= m)
+        pos_hit, pos_miss = r.positive & r.hit, r.positive & ~r.hit
+        tails = {}
+        for intent in intents:
+            e = eligible & (r.lab == intent)
+            tails[intent] = _Tail(r.s1[e], pos_hit[e], pos_miss[e], ~r.positive[e])
+        grid = np.asarray([NEVER, *sorted({float(x) for x in r.s1[sel]}, reverse=True)])
+        every = sum((t.at(grid) for t in tails.values()), np.zeros((len(grid), 3), dtype=np.int64))
+        within = np.flatnonzero((every <= limit).all(axis=1))  # feasibility only shrinks as the floor falls
+        base = float(grid[within[-1]]) if len(within) else NEVER
+        cur = every[within[-1]] if len(within) else np.zeros(3, dtype=np.int64)
         floors = dict.fromkeys(intents, base)
         for _ in range(2):  # per-intent floors: coordinate ascent from the global floor
             for intent in intents:
                 own = sel & (r.lab == intent)
                 if own.sum() < MIN_INTENT_CANDIDATES:
                     continue
-                for f in [NEVER, *sorted({float(x) for x in r.s1[own]}, reverse=True)]:
-                    trial = dict(floors, **{intent: f})
-                    c = r.counts(m, _floor_vec(r, trial, base))
-                    if _feasible(c, r, budget) and c[0] > cur[0]:
-                        floors, cur = trial, c
-        key = (cur[0], -m)
+                cand = np.asarray([NEVER, *sorted({float(x) for x in r.s1[own]}, reverse=True)])
+                tail = tails[intent]
+                trial = cur - tail.at(np.asarray([floors[intent]]))[0] + tail.at(cand)
+                ok = np.flatnonzero((trial <= limit).all(axis=1))
+                if len(ok) and trial[ok, 0].max() > cur[0]:
+                    j = ok[int(np.argmax(trial[ok, 0]))]  # the first candidate with the most hits
+                    floors, cur = dict(floors, **{intent: float(cand[j])}), trial[j]
+        key = (int(cur[0]), -m)
         if best is None or key > best[0]:
-            best = (key, m, floors, cur)
+            best = (key, m, floors, (int(cur[0]), int(cur[1]), int(cur[2])))
     assert best is not None
     _, m, floors, counts = best
     return m, {i: max(f, lower) for i, f in floors.items()}, counts
@@ -451,14 +519,19 @@ def fit(
         rule.inner = inner
         return rule
     labels = _labels(skills)
-    keep: dict[str, list[Example]] = {}
-    for e in reversed(examples):  # newest first (examples arrive oldest first)
-        label = e.intent if e.intent in by_intent else NONE
-        if len(keep.setdefault(label, [])) < max_exemplars_per_label:
-            keep[label].append(e)
-    lab = [label for label, exs in keep.items() for _ in exs]
-    vecs = np.stack([e.vectors[view] for exs in keep.values() for e in exs]).astype(np.float32)
-    index = _Index(labels, vecs, lab, strength)
+    newest = [e for e in reversed(examples) if e.trains]  # examples arrive oldest first
+    vecs, lab, wts = _merged(
+        [e.vectors[view] for e in newest], [e.intent if e.intent in by_intent else NONE for e in newest]
+    )
+    if strength is None:  # the nearest exemplar is stored: the newest distinct exemplars, a bounded number per label
+        seen: dict[str, int] = {}
+        pick = []
+        for j, name in enumerate(lab):
+            if seen.get(name, 0) < max_exemplars_per_label:
+                seen[name] = seen.get(name, 0) + 1
+                pick.append(j)
+        vecs, lab, wts = vecs[pick], [lab[j] for j in pick], wts[pick]
+    index = _Index(labels, vecs.astype(np.float32), lab, strength, None, wts)
     before = {k: sorted(v) for k, v in _tools_before(examples).items()}
     # The classifier needs only its weights: the exemplars are kept for the nearest-exemplar score alone.
     keep_vecs = index.vecs if index.w is None else np.zeros((0, index.vecs.shape[1]), np.float32)
@@ -476,6 +549,7 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: boo
     ``NONE`` winning): the benchmarks' hindsight row, never the product."""
     if not rule.injects:
         return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
+    prefix = tuple(t for t in prefix if t not in NOOP_TOOLS)  # stored procedures never hold a no-op call
     index, choosers, before = rule.parts()
     label, s1, s2, has = _score(index, q, prefix, choosers, before)
     if label == NONE:

@@ -1,9 +1,24 @@
-"""A tenant's stored runs as the applicability rule's examples, each at its probe moment.
+"""A tenant's stored runs as the applicability rule's examples, one per model call point.
 
-A live request is judged on the conversation so far (``prepare(conversation=...)``), so every stored run is
-turned into the same form: a segment of a recorded conversation sees the user messages of the
-conversation's earlier segments (by ``segment_index``) and its own; a standalone run sees its own query.
-Its intent is the state-changing call its procedure ends in, its prefix the calls before that one.
+A live request is judged before every model call on the conversation so far (``prepare(conversation=...)``),
+so every stored run is turned into the call points an agent went through, each in that form
+(docs/guide/runtime.md, "Which skill, or none"):
+
+- a segment of a recorded conversation (one procedure, ``record_conversation``) gives a point after each
+  of its user messages (no call of the span assumed made yet) and a point before each of its calls (every
+  message of the span seen, the span's calls before it made). Each sees the request as ``prepare`` reads
+  it: the user messages since the previous write — the span's own — or, for a write made without a new
+  user message, the latest earlier segment's that has some (by ``segment_index``). Each is labelled with
+  the write the span closes with — the write that follows within the procedure span — or ``read-only``
+  when the span has none. The agent's reply to a write before the next user message is not a point: its
+  text is the write's own request, only the calls made tell the two apart, and ``prepare`` never
+  re-injects a completed write's intent before a new user message;
+- a standalone run (``record_run``, no conversation) is one request: its query, the calls before its
+  write, its intent.
+
+A stored segment keeps its user messages and its calls but not how they interleaved, so the points inside
+a span are an approximation of the live ones; the benchmarks measure on the live ones
+(docs/BENCHMARKS.md, "Every model call").
 """
 
 from __future__ import annotations
@@ -29,22 +44,60 @@ class HistoryRun:
     segment_index: int | None = None
 
 
+@dataclass(frozen=True)
+class Point:
+    """One model call point of a stored run: what ``prepare`` saw, and the write that followed in the span."""
+
+    run: int  # index of the run in the history
+    so_far: tuple[str, ...]
+    prefix: tuple[str, ...]
+    intent: str
+    trains: bool = True  # the classifier is trained on it (see :func:`call_points`)
+
+
 def _lines(query: str) -> list[str]:
     return [m for m in (query or "").split("\n") if m.strip()]
 
 
-def conversations_so_far(runs: Sequence[HistoryRun]) -> list[tuple[str, ...]]:
-    """Each run's user messages up to its probe moment (a conversation's earlier segments first)."""
+def requests(runs: Sequence[HistoryRun]) -> list[tuple[str, ...]]:
+    """The user messages each run's write is judged on: its own, or (a segment without any) the latest earlier
+    segment's of its conversation that has some."""
     out = [tuple(_lines(r.query)) for r in runs]
     members: dict[str, list[tuple[int, int]]] = {}
     for i, r in enumerate(runs):
         if r.conversation_id is not None and r.segment_index is not None:
             members.setdefault(r.conversation_id, []).append((r.segment_index, i))
     for segments in members.values():
-        seen: list[str] = []
+        latest: tuple[str, ...] = ()
         for _, i in sorted(segments):
-            seen.extend(out[i])
-            out[i] = tuple(seen)
+            out[i] = latest = out[i] or latest
+    return out
+
+
+def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None = None) -> list[Point]:
+    """Every run's model call points (see the module docstring), in run order; duplicates within a run once.
+
+    Every point is scored by the fit's inner CV, so its budgets are per model call; the classifier is trained
+    on a segment's points after its first user message and after all of them (the request that opens the
+    span, and the span whole) — the points between are left out of training to keep a fit's time near that
+    of one example per run (docs/BENCHMARKS.md, "Every model call")."""
+    judged = requests(runs)
+    out: list[Point] = []
+    for i, r in enumerate(runs):
+        proc = parse_sequence(r.tool_sequence)
+        span = judged[i]
+        if not proc or not span:
+            continue
+        intent = intent_of(proc, declared)
+        if r.conversation_id is None or r.segment_index is None:
+            out.append(Point(i, span, proc[:-1], intent))
+            continue
+        points: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(span[:m], ()) for m in range(1, len(span) + 1)]
+        points += [(span, proc[:j]) for j in range(len(proc))]
+        if not _lines(r.query):  # a write made without a new message: the earlier request, whole
+            points = [(span, proc[:j]) for j in range(len(proc))]
+        trains = {span[:1], span}
+        out += [Point(i, s, p, intent, s in trains) for s, p in dict.fromkeys(points) if s]
     return out
 
 
@@ -55,21 +108,19 @@ def examples(
     form: Callable[[str], str],
     declared: Mapping[str, bool] | None = None,
 ) -> list[Example]:
-    """The runs (oldest first) as examples; a run without a request or without a call is left out."""
-    so_far = conversations_so_far(runs)
-    keep = [i for i, r in enumerate(runs) if so_far[i] and parse_sequence(r.tool_sequence)]
-    vecs = {v: vectors([so_far[i] for i in keep], v, embedder, form) for v in views}
-    out: list[Example] = []
-    for j, i in enumerate(keep):
-        r = runs[i]
-        proc = parse_sequence(r.tool_sequence)
-        out.append(
-            Example(
-                group=r.conversation_id or r.run_id,
-                intent=intent_of(proc, declared),
-                klass=r.canonical_hash,
-                vectors={v: vecs[v][j] for v in views},
-                prefix=proc[:-1],
-            )
+    """The runs' call points (runs oldest first) as examples; a run without a request or a call is left out."""
+    points = call_points(runs, declared)
+    texts = list(dict.fromkeys(p.so_far for p in points))
+    row = {t: j for j, t in enumerate(texts)}
+    vecs = {v: vectors(texts, v, embedder, form) for v in views}
+    return [
+        Example(
+            group=runs[p.run].conversation_id or runs[p.run].run_id,
+            intent=p.intent,
+            klass=runs[p.run].canonical_hash,
+            vectors={v: vecs[v][row[p.so_far]] for v in views},
+            prefix=p.prefix,
+            trains=p.trains,
         )
-    return out
+        for p in points
+    ]

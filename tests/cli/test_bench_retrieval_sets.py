@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from skillflow.cli import app
+from skillflow.cli.commands import bench_retrieval
+from skillflow.lab.bench.every_call import CallResult
 
 SMALL = ["bench", "retrieval", "--embedder", "hashing", "--skills", "10", "--pools", "5", "--queries", "10"]
 SMALL += ["--rounds", "1", "--tau-bench", "", "--api-bank", "", "--prepare-probes", "0"]
@@ -42,3 +46,38 @@ def test_several_cv_seeds_report_each_split_and_their_mean(api_bank_half: Path) 
     assert [r.split("│")[2].strip() for r in rows if " intent " in r] == ["0", "3", "mean"]
     bad = CliRunner().invoke(app, [*args, "--cv-seeds", "x"])
     assert bad.exit_code != 0 and "--cv-seeds" in bad.output
+
+
+def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = []
+    for task in range(10):
+        for trial in range(2):
+            word = ["today", "please", "now", "asap", "kindly"][task % 5]
+            tool, text = ("cancel_reservation", "cancel my trip") if task % 2 else ("get_user_details", "my bags")
+            traj = [
+                {"role": "user", "content": f"{text} {word} {trial}"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": "a", "function": {"name": tool, "arguments": "{}"}}],
+                },
+                {"role": "tool", "tool_call_id": "a", "content": "{}"},
+                {"role": "assistant", "content": "ok"},
+            ]
+            runs.append({"task_id": task, "trial": trial, "reward": 1.0, "traj": traj,
+                         "info": {"task": {"actions": [{"name": "cancel_reservation"}]}}})  # fmt: skip
+    corpus = tmp_path / "tau.json"
+    corpus.write_text(json.dumps(runs))
+    args = [*SMALL[:-6], "--tau-bench", str(corpus), "--api-bank", "", "--prepare-probes", "0"]
+    out = CliRunner().invoke(app, [*args, "--no-applicability-sets", "--json"])
+    assert out.exit_code == 0, out.output
+    calls = json.loads(out.output)["every_call"]
+    assert set(calls) == {"tau-bench/execution", "tau-bench/reward"}
+    for r in calls.values():
+        assert r["calls"] == 40 and len(r["per_fold"]) == 5 and r["pooled"]["no_write_calls"] == 20
+        assert r["single"]["P"] + r["single"]["N"] == 20
+    console = Console(record=True, width=240)
+    monkeypatch.setattr(bench_retrieval, "console", console)
+    bench_retrieval._print_every_call({"tau-bench/execution": CallResult(**calls["tau-bench/execution"])})
+    flat = " ".join(console.export_text().split())
+    assert "every model call" in flat and "single-turn" in flat and "hindsight" in flat and "pooled" in flat

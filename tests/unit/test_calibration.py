@@ -92,6 +92,25 @@ def test_a_contradicting_prefix_is_never_injected() -> None:
     assert d.skill_id is None
 
 
+def test_a_no_op_call_made_live_never_contradicts_an_intent() -> None:
+    """Stored procedures leave no-op calls (``think``) out; ``prepare``'s calls made include them."""
+    rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+    q = around(0, np.random.default_rng(5))
+    assert decide(rule, q, ("get_user", "think", "search_flights")).skill_id == "sb"
+    assert decide(rule, q, ("think",)).skill_id == decide(rule, q).skill_id == "sa"
+
+
+def test_identical_rows_merged_with_their_count_fit_the_same_classifier() -> None:
+    rng = np.random.default_rng(3)
+    vecs = np.stack([around(i % 3, rng) for i in range(12)])
+    lab = ["a", "b", NONE] * 4
+    labels = ["a", "b", NONE]
+    twice = calibration._Index(labels, np.vstack([vecs, vecs[:6]]), lab + lab[:6], 10.0)
+    merged = calibration._Index(labels, vecs, lab, 10.0, None, np.asarray([2.0] * 6 + [1.0] * 6))
+    assert twice.w is not None and merged.w is not None
+    np.testing.assert_allclose(twice.best(vecs[0]), merged.best(vecs[0]), atol=1e-5)
+
+
 def test_the_skill_whose_procedure_follows_the_calls_most_closely_wins() -> None:
     rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
     q = around(0, np.random.default_rng(5))

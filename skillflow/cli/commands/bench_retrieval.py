@@ -73,6 +73,14 @@ def bench_retrieval(
         bool,
         typer.Option("--applicability-sets/--no-applicability-sets", help="Fitted rule on the bank and simulator."),
     ] = True,
+    every_call: Annotated[
+        bool,
+        typer.Option(
+            "--every-call/--no-every-call",
+            help="prepare() before every model call of the held-out τ-bench and API-Bank conversations, and on "
+            "their first requests alone (first --cv-seeds seed; τ-bench under both outcomes).",
+        ),
+    ] = True,
     json: JsonOption = False,
 ) -> None:
     """Retrieval p50/p95 (excluding query embedding) next to the numpy floor; precision@1 on held-out paraphrases."""
@@ -104,6 +112,7 @@ def bench_retrieval(
     )
     more = _applicability_sets(embedder, threshold, say) if sets else {}
     more.update(_api_bank(api_bank, embedder, threshold, say, seeds, cv))
+    calls = _every_call(tau_bench, api_bank, embedder, say, seeds[0]) if every_call else {}
     if json:
         doc = result.as_dict()
         doc["applicability"] = app_result.as_dict() if app_result else None
@@ -113,6 +122,7 @@ def bench_retrieval(
             for name, runs in cv.items()
         }
         doc["prepare_ms"] = prepare_ms
+        doc["every_call"] = {k: v.as_dict() for k, v in calls.items()}
         print_json(doc)
         return
     lat = Table(title=f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)")
@@ -142,6 +152,65 @@ def bench_retrieval(
     _print_applicability(app_result, prepare_ms)
     if len(seeds) > 1:
         _print_cv(cv)
+    if calls:
+        _print_every_call(calls)
+
+
+def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], None], seed: int) -> dict[str, Any]:
+    """The every-call protocol (docs/BENCHMARKS.md, "Every model call"): τ-bench under the execution and the
+    reward outcome, API-Bank under execution; corpora that are skipped or absent are left out."""
+    from pathlib import Path
+
+    from skillflow.injection.embeddings import get_embedder
+    from skillflow.kernel.config import load_promotion_config
+    from skillflow.lab.bench.every_call import api_bank_corpus, evaluate_calls, tau_corpus
+    from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+
+    emb = CachedEmbedder(get_embedder(embedder_name))
+    config = load_promotion_config()
+    out: dict[str, Any] = {}
+    if tau and Path(tau).is_file():
+        for outcome in ("execution", "reward"):
+            segs, dialogs = tau_corpus(Path(tau), outcome)
+            out[f"tau-bench/{outcome}"] = evaluate_calls(
+                segs, dialogs, emb, config, seed=seed, outcome=outcome, progress=say
+            )
+    if api and Path(api).is_dir():
+        segs, dialogs = api_bank_corpus(Path(api))
+        out["api-bank/execution"] = evaluate_calls(
+            segs, dialogs, emb, config, seed=seed, corpus="API-Bank level-1", progress=say
+        )
+    return out
+
+
+def _print_every_call(calls: dict[str, Any]) -> None:
+    """Per fold, pooled and the hindsight floor; then single-turn (targets in docs/BENCHMARKS.md)."""
+    table = Table(title="prepare() before every model call of unseen conversations (grouped 5-fold)")
+    cols = ("set / outcome", "fold", "calls", "pre-write hit", "wrong", "false", "misleading", "no-write share",
+            "re-inject", "outside gold", "reinforce", "right write")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="right")
+    for name, r in calls.items():
+        rows = [*((str(k), f) for k, f in enumerate(r.per_fold)), ("pooled", r.pooled), ("hindsight", r.hindsight)]
+        for fold, f in rows:
+            gold = "gold" if name.startswith("tau") else ""
+            table.add_row(
+                name, fold, str(f["calls"]), f"{f['pre_write_hit']:.3f}", f"{f['pre_write_wrong']:.3f}",
+                f"{f['pre_write_false']:.3f}", f"{f['misleading']:.3f}", f"{f['no_write_share']:.3f}",
+                str(f["reinjections"]), f"{f['outside_gold']:.3f}" if gold else "-",
+                f"{f['reinforcement']:.3f} of {f['wrong_writes']}" if gold else "-",
+                f"{f['right_write_same']:.3f} of {f['right_writes']}" if gold else "-",
+            )  # fmt: skip
+    console.print(table)
+    single = Table(title="prepare(query) alone on the held-out first requests (single-turn)")
+    for col in ("set / outcome", "fold", "hit", "wrong", "false", "P / N"):
+        single.add_column(col, justify="right")
+    for name, r in calls.items():
+        for fold, f in [*((str(k), f) for k, f in enumerate(r.single_per_fold)), ("pooled", r.single)]:
+            single.add_row(
+                name, fold, f"{f['hit']:.3f}", f"{f['wrong']:.3f}", f"{f['false']:.3f}", f"{f['P']} / {f['N']}"
+            )
+    console.print(single)
 
 
 def _seeds(raw: str) -> list[int]:

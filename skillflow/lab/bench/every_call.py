@@ -1,0 +1,337 @@
+"""Applicability at every model call: ``prepare`` called as an agent calls it, on unseen conversations.
+
+Outer k-fold cross-validation grouped by task (τ-bench) or scenario (API-Bank). Per fold the training
+conversations are the tenant's history (their procedures as stored runs); the classes that pass the gates
+become ACTIVE skills of a fresh SQLite tenant, the rule is fitted exactly as a promotion cycle fits it and
+stored. Then ``Skillflow.prepare`` is called before every ``assistant`` message of every held-out
+conversation with the conversation so far, as README's agent loop does (the latest user message, the
+messages before it, ``Conversation.from_messages``), and once per held-out conversation with its first
+user request alone (``prepare(query)``: a single-turn agent). Figures (docs/BENCHMARKS.md, "Every model
+call"):
+
+- *pre-write*: the calls whose message makes a procedure's closing call: intent hit / wrong / miss over the
+  procedures whose write has a skill, false over the rest (read-only procedures included);
+- *misleading*: calls that get a skill whose intent is not the write closing the call's span, per call;
+- *no-write share*: the share of calls, in conversations that never change state, that get a skill;
+- *re-injections*: calls that get a skill of a write that already succeeded since the latest user message;
+- *outside gold*: calls that get a skill of a write outside the task's gold actions, per call;
+- *reinforcement*: at the calls that make a write outside the gold actions, the share that got that very
+  write's skill (and, for comparison, the same share at the calls that make a gold write);
+- *single-turn*: hit / wrong / false of ``prepare(query)`` on the first requests, labelled with the first
+  call's span;
+- *hindsight*: the fitted rule's own scores without its floors, with the one floor chosen afterwards on
+  these probes that gives the most pre-write hits within the pre-write budgets and misleading ≤ the target:
+  the best any floor could do (``prepare``'s other checks not applied).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from skillflow.injection.calibration import Budget, LiveSkill, Rule, decide, fit, folds_by_group
+from skillflow.injection.conversation import Conversation
+from skillflow.injection.embeddings import Embedder
+from skillflow.injection.history import examples as history_examples
+from skillflow.injection.views import NEAREST, VIEWS, vectors
+from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.state import changes_state
+from skillflow.lab.bench.applicability_bench import Seg, conversation_segs, gated_skills, history_runs
+from skillflow.lab.bench.call_points import CallPoint, Dialog, dialog, gold_writes
+from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+from skillflow.lab.ingest.api_bank import chat_messages
+from skillflow.lab.ingest.tau_bench import STOP_MARKER
+from skillflow.promotion.redact import redact_query
+
+MISLEADING_TARGET = 0.03
+AGENT, USER = "bench-agent", "bench-user"
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One held-out model call: its dialog and point, what ``prepare`` injected, the rule's unfloored choice."""
+
+    fold: int
+    dialog: Dialog
+    point: CallPoint
+    injected: LiveSkill | None
+    intents: frozenset[str]  # intents with a live skill in the probe's fold
+    score: float = float("nan")  # the rule's score without floors or margin
+    nearest: LiveSkill | None = None  # the rule's choice without floors or margin
+
+
+@dataclass(frozen=True)
+class Single:
+    """One held-out first request, asked alone: its label and what ``prepare(query)`` injected."""
+
+    fold: int
+    label: str
+    injected: LiveSkill | None
+    intents: frozenset[str]
+
+
+@dataclass
+class CallResult:
+    corpus: str
+    outcome: str
+    folds: int
+    calls: int
+    per_fold: list[dict[str, float]]
+    pooled: dict[str, float]
+    hindsight: dict[str, float]
+    single: dict[str, float]
+    single_per_fold: list[dict[str, float]]
+    fitted: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _share(n: int, d: int) -> float:
+    return n / d if d else 0.0
+
+
+def figures(
+    probes: Sequence[Probe], chosen: Callable[[Probe], LiveSkill | None] = lambda p: p.injected
+) -> dict[str, float]:
+    """The every-call figures (see the module docstring) of ``probes``, with ``chosen`` as the injection."""
+    pos = hit = wrong = neg = false = misleading = quiet = quiet_inj = again = 0
+    gold_calls = outside = bad = bad_same = good = good_same = 0
+    for p in probes:
+        got = chosen(p)
+        label = p.point.label
+        if p.point.pre_write:
+            if label in p.intents:
+                pos += 1
+                hit += got is not None and got.intent == label
+                wrong += got is not None and got.intent != label
+            else:
+                neg += 1
+                false += got is not None
+        misleading += got is not None and got.intent != label
+        if not p.dialog.writes:
+            quiet += 1
+            quiet_inj += got is not None
+        again += got is not None and got.intent in p.point.done
+        if p.dialog.gold is not None:
+            gold_calls += 1
+            outside += got is not None and got.intent not in p.dialog.gold
+            w = p.point.writing
+            if w is not None and w not in p.dialog.gold:
+                bad += 1
+                bad_same += got is not None and got.intent == w
+            elif w is not None:
+                good += 1
+                good_same += got is not None and got.intent == w
+    return {
+        "calls": len(probes), "pre_write_P": pos, "pre_write_N": neg,
+        "pre_write_hit": _share(hit, pos), "pre_write_wrong": _share(wrong, pos),
+        "pre_write_false": _share(false, neg), "misleading": _share(misleading, len(probes)),
+        "no_write_calls": quiet, "no_write_share": _share(quiet_inj, quiet),
+        "reinjections": again, "outside_gold": _share(outside, gold_calls), "wrong_writes": bad,
+        "reinforcement": _share(bad_same, bad), "right_writes": good, "right_write_same": _share(good_same, good),
+    }  # fmt: skip
+
+
+def single_figures(singles: Sequence[Single]) -> dict[str, float]:
+    """Single-turn hit / wrong over the requests whose label has a skill, false over the rest."""
+    pos = [s for s in singles if s.label in s.intents]
+    neg = [s for s in singles if s.label not in s.intents]
+    return {
+        "P": len(pos), "N": len(neg),
+        "hit": _share(sum(s.injected is not None and s.injected.intent == s.label for s in pos), len(pos)),
+        "wrong": _share(sum(s.injected is not None and s.injected.intent != s.label for s in pos), len(pos)),
+        "false": _share(sum(s.injected is not None for s in neg), len(neg)),
+    }  # fmt: skip
+
+
+def hindsight(probes: Sequence[Probe], budget: Budget, target: float = MISLEADING_TARGET) -> dict[str, float]:
+    """The figures at the one floor on the unfloored scores with the most pre-write hits such that pre-write
+    wrong and false stay within ``budget`` and misleading within ``target`` (chosen on these probes)."""
+    ranked = sorted((p for p in probes if p.nearest is not None), key=lambda p: -p.score)
+    pos = sum(1 for p in probes if p.point.pre_write and p.point.label in p.intents)
+    neg = sum(1 for p in probes if p.point.pre_write and p.point.label not in p.intents)
+    best = best_hits = hits = wrong = false = misleading = 0
+    for k, p in enumerate(ranked):
+        assert p.nearest is not None
+        right = p.nearest.intent == p.point.label
+        misleading += not right
+        if p.point.pre_write and p.point.label in p.intents:
+            hits, wrong = hits + right, wrong + (not right)
+        elif p.point.pre_write:
+            false += 1
+        ok = wrong <= budget.wrong * pos and false <= budget.false * neg and misleading <= target * len(probes)
+        if ok and hits > best_hits:
+            best, best_hits = k + 1, hits
+    top = {id(p) for p in ranked[:best]}
+    return figures(probes, lambda p: p.nearest if id(p) in top else None)
+
+
+@contextmanager
+def tenant(
+    skills: Sequence[LiveSkill], embedder: Embedder, config: PromotionConfig
+) -> Iterator[tuple[Any, dict[str, LiveSkill], Callable[[Rule], None]]]:
+    """A fresh SQLite tenant holding ``skills`` as ACTIVE skills: (Skillflow, skill id -> skill with its
+    stored id, a function that stores a rule for them)."""
+    from skillflow.injection.applicability import RULES, fingerprint, save_rule
+    from skillflow.kernel.models import InjectionRole, SkillStatus
+    from skillflow.runtime import Skillflow
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+    from skillflow.storage.skills import insert_skill, transition
+
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = make_engine(f"sqlite:///{Path(tmp) / 'tenant.db'}")
+        migrate(engine)
+        stored: dict[str, LiveSkill] = {}
+        with engine.begin() as conn:
+            for i, s in enumerate(skills):
+                rec = insert_skill(conn, agent_id=AGENT, user_id=USER, canonical_hash=s.canonical_hash,
+                                   name=f"skill-{i}", description=s.intent, content=f"procedure {s.intent}",
+                                   status=SkillStatus.SHADOW)  # fmt: skip
+                transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
+                stored[rec.id] = LiveSkill(rec.id, s.canonical_hash, s.intent, s.procedure, s.rank)
+
+        def store(rule: Rule) -> None:
+            with engine.begin() as conn:
+                fp = fingerprint(conn, AGENT, USER, embedder.model_id)
+                save_rule(conn, AGENT, USER, fp, embedder.model_id, rule, 1)
+            RULES.clear()
+
+        sf = Skillflow(agent_id=AGENT, engine=engine, config=config, embedder=embedder, continual_learning=True)
+        try:
+            yield sf, stored, store
+        finally:
+            engine.dispose()
+
+
+def _so_far(messages: Sequence[Mapping[str, Any]]) -> tuple[str, Sequence[Mapping[str, Any]], Conversation]:
+    """What an agent passes to ``prepare`` before its next model call (README, the agent loop)."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    last = users[-1] if users else 0
+    query = str(messages[last].get("content") or "") if users else ""
+    return query, messages[:last], Conversation.from_messages(messages)
+
+
+def outer_folds(
+    segs: Sequence[Seg], dialogs: Sequence[Dialog], folds: int, seed: int
+) -> list[tuple[list[int], list[int]]]:
+    """(training procedures, held-out dialogs) per fold, grouped by ``Dialog.task``: a task (scenario) is never
+    on both sides, so neither are its conversations' procedures."""
+    out = []
+    for test in folds_by_group([d.task for d in dialogs], folds, seed):
+        held = {dialogs[i].task for i in test}
+        out.append(([i for i, s in enumerate(segs) if s.task not in held], test))
+    return out
+
+
+def evaluate_calls(
+    segs: Sequence[Seg],
+    dialogs: Sequence[Dialog],
+    embedder: Embedder,
+    config: PromotionConfig,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    corpus: str = "tau-bench airline (gpt-4o)",
+    outcome: str = "execution",
+    progress: Callable[[str], None] = lambda _: None,
+    every_call: bool = True,
+) -> CallResult:
+    """Outer CV grouped by ``Dialog.task``; ``segs`` are the same conversations' procedures (``Seg.conversation``
+    = ``Dialog.conversation``), their ``ok`` the outcome the gates read. ``every_call=False`` probes only the
+    first requests (single-turn)."""
+    t0 = time.perf_counter()
+    memo = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+    runs = history_runs(segs)
+    budget = Budget(
+        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
+    )
+    probes: list[Probe] = []
+    singles: list[Single] = []
+    fitted: list[dict[str, Any]] = []
+    plan = outer_folds(segs, dialogs, folds, seed)
+    for k, (train, test) in enumerate(plan):
+        with tenant(gated_skills([segs[i] for i in train], config), memo, config) as (sf, skills, store):
+            live = list(skills.values())
+            examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query)
+            t1 = time.perf_counter()
+            rule = fit(examples, live, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
+            fitted.append({"fold": k, "skills": len(live), "examples": len(examples), "view": rule.view,
+                           "strength": rule.strength, "margin": rule.margin, "reason": rule.reason,
+                           "fit_seconds": round(time.perf_counter() - t1, 2), "inner": rule.inner})  # fmt: skip
+            store(rule)
+            progress(f"{corpus} ({outcome}) fold {k}: {len(live)} skills, {len(examples)} call points, {rule.reason}")
+            intents = frozenset(s.intent for s in live)
+            for i in test:
+                d = dialogs[i]
+                first = next((p for p in d.points), None)
+                query = next((str(m.get("content") or "") for m in d.messages if m.get("role") == "user"), "")
+                if first is not None and query.strip():
+                    got = sf.prepare(query, USER).skill_ids
+                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents))
+                if not every_call:
+                    continue
+                for p in d.points:
+                    query, history, conv = _so_far(d.messages[: p.index])
+                    got = sf.prepare(query, USER, history=history, conversation=conv).skill_ids
+                    un = _unfloored(rule, conv, query, memo)
+                    nearest = skills.get(un[1]) if un[1] else None
+                    probes.append(Probe(k, d, p, skills[got[0]] if got else None, intents, un[0], nearest))
+    return CallResult(
+        corpus, outcome, len(plan), len(probes),
+        [figures([p for p in probes if p.fold == k]) for k in range(len(plan))], figures(probes),
+        hindsight(probes, budget), single_figures(singles),
+        [single_figures([s for s in singles if s.fold == k]) for k in range(len(plan))], fitted,
+        time.perf_counter() - t0,
+    )  # fmt: skip
+
+
+def _unfloored(rule: Rule, conv: Conversation, query: str, embedder: Embedder) -> tuple[float, str | None]:
+    """The rule's score and skill at a call without its floors and margin (the hindsight row's input)."""
+    if not rule.injects or rule.view is None:
+        return float("-inf"), None
+    q = vectors([conv.with_request(query)], rule.view, embedder, redact_query)[0]
+    d = decide(rule, q, conv.prefix(lambda t: changes_state(t)), floors=False)
+    return d.score, d.skill_id
+
+
+def tau_corpus(path: Path, outcome: str = "execution") -> tuple[list[Seg], list[Dialog]]:
+    """τ-bench's procedures and conversations (the simulator's stop marker removed, as ingest does);
+    ``outcome="reward"``: a procedure succeeds only when its calls did and its episode's reward is 1."""
+    segs: list[Seg] = []
+    dialogs: list[Dialog] = []
+    for run in json.loads(path.read_text(encoding="utf-8")):
+        task, conv = str(run["task_id"]), f"{run['task_id']}-{run.get('trial', 0)}"
+        traj = [
+            {**m, "content": str(m.get("content") or "").replace(STOP_MARKER, "").strip()}
+            if m.get("role") == "user" else m
+            for m in run["traj"]
+        ]  # fmt: skip
+        rewarded = float(run.get("reward") or 0.0) >= 1.0
+        for s in conversation_segs(task, conv, traj):
+            segs.append(s if outcome == "execution" else replace(s, ok=s.ok and rewarded))
+        actions = ((run.get("info") or {}).get("task") or {}).get("actions")
+        dialogs.append(dialog(task, conv, traj, gold_writes(actions)))
+    return segs, dialogs
+
+
+def api_bank_corpus(root: Path) -> tuple[list[Seg], list[Dialog]]:
+    """API-Bank level-1 dialogs (grouped by scenario) as procedures and conversations; no gold actions."""
+    segs: list[Seg] = []
+    dialogs: list[Dialog] = []
+    for file in sorted(root.glob("*.jsonl")):
+        records = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        messages = chat_messages(records)
+        scenario = re.sub(r"-\d+$", "", file.stem)
+        segs += conversation_segs(scenario, file.stem, messages)
+        dialogs.append(dialog(scenario, file.stem, messages))
+    return segs, dialogs

@@ -1,0 +1,166 @@
+"""The every-call applicability bench on small inputs: the call points' labels, the figures, the grouped folds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from skillflow.injection.calibration import Budget, LiveSkill
+from skillflow.injection.embeddings import HashingEmbedder
+from skillflow.kernel.config import PromotionConfig
+from skillflow.lab.bench.call_points import CallPoint, Dialog, call_points, dialog
+from skillflow.lab.bench.every_call import (
+    Probe,
+    Single,
+    evaluate_calls,
+    figures,
+    hindsight,
+    outer_folds,
+    single_figures,
+    tau_corpus,
+)
+
+CANCEL, BOOK = "cancel_reservation", "book_reservation"
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def say(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def call(i: str, tool: str, result: str = "{}") -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": tool, "arguments": json.dumps({"user_id": "x"})}}
+        ]},
+        {"role": "tool", "tool_call_id": i, "name": tool, "content": result},
+    ]  # fmt: skip
+
+
+CONVERSATION = [
+    {"role": "system", "content": "policy"},
+    user("hi, cancel my trip"),
+    say("your user id?"),  # 2: a text answer inside the cancel span
+    user("mia_1"),
+    *call("a", "get_user_details"),  # 4
+    *call("b", CANCEL, "Error: not allowed"),  # 6: a failed write, retried
+    *call("c", CANCEL),  # 8: closes the span
+    say("done"),  # 10: after the write, no new user message; no write follows
+    user("and my bags?"),
+    *call("d", "get_user_details"),  # 12: read-only span
+    say("two bags"),  # 14: no call follows
+]
+
+
+def test_every_assistant_message_is_a_call_point_labelled_with_the_write_closing_its_span() -> None:
+    points = call_points(CONVERSATION)
+    assert [(p.index, p.label, p.pre_write, p.writing, set(p.done)) for p in points] == [
+        (2, CANCEL, False, None, set()),
+        (4, CANCEL, False, None, set()),
+        (6, CANCEL, False, CANCEL, set()),  # the failed attempt does not close the span
+        (8, CANCEL, True, CANCEL, set()),
+        (10, "read-only", False, None, {CANCEL}),  # the cancel succeeded since the latest user message
+        (12, "read-only", True, None, set()),
+        (14, "read-only", False, None, set()),
+    ]
+
+
+def _skill(intent: str) -> LiveSkill:
+    return LiveSkill("k-" + intent, "k-" + intent, intent, (intent,))
+
+
+def test_the_figures_count_the_probes() -> None:
+    d = dialog("t1", "t1-0", CONVERSATION, frozenset({BOOK}))  # the gold write was a booking: cancel is wrong
+    quiet = Dialog("t2", "t2-0", (), (CallPoint(1, "read-only", True, None, frozenset()),) * 2, frozenset())
+    intents = frozenset({CANCEL, BOOK})
+    cancel = _skill(CANCEL)
+    got = {2: None, 4: cancel, 6: cancel, 8: None, 10: cancel, 12: None, 14: _skill(BOOK)}
+    probes = [Probe(0, d, p, got[p.index], intents) for p in d.points]
+    probes += [Probe(1, quiet, quiet.points[0], cancel, intents), Probe(1, quiet, quiet.points[1], None, intents)]
+    f = figures(probes)
+    assert f["calls"] == 9 and f["pre_write_P"] == 1 and f["pre_write_N"] == 3
+    assert f["pre_write_hit"] == 0.0 and f["pre_write_false"] == 1 / 3  # the quiet dialog's first pre-write call
+    assert f["misleading"] == 3 / 9  # 10 (cancel after cancel), 14 (book, no write follows), the quiet call
+    assert f["no_write_calls"] == 2 and f["no_write_share"] == 0.5
+    assert f["reinjections"] == 1  # call 10
+    assert f["outside_gold"] == 4 / 9  # cancel at 4, 6, 10 and in the quiet dialog (whose gold has no write)
+    assert f["wrong_writes"] == 2 and f["reinforcement"] == 0.5  # calls 6 (cancel injected) and 8 (none)
+    assert f["right_writes"] == 0
+    s = single_figures([Single(0, CANCEL, cancel, intents), Single(0, "read-only", None, intents),
+                        Single(1, "read-only", cancel, intents), Single(1, BOOK, cancel, intents)])  # fmt: skip
+    assert (s["P"], s["N"], s["hit"], s["wrong"], s["false"]) == (2, 2, 0.5, 0.5, 0.5)
+
+
+def test_the_hindsight_floor_is_chosen_on_the_probes_within_the_misleading_target() -> None:
+    d = dialog("t1", "t1-0", CONVERSATION)
+    intents = frozenset({CANCEL})
+    cancel = _skill(CANCEL)
+    scores = {10: 0.99, 8: 0.95, 2: 0.9, 4: 0.8, 6: 0.7, 12: 0.5, 14: 0.4}  # a re-injection scores highest
+    probes = [Probe(0, d, p, None, intents, scores[p.index], cancel) for p in d.points]
+    loose = hindsight(probes, Budget(wrong=0.0, false=1.0), target=1.0)
+    assert loose["pre_write_hit"] == 1.0 and loose["misleading"] == 1 / 7 and loose["reinjections"] == 1
+    strict = hindsight(probes, Budget(wrong=0.0, false=1.0), target=0.0)  # no mislead allowed: no floor low
+    assert strict["pre_write_hit"] == 0.0 and strict["misleading"] == 0.0  # enough to reach the write
+
+
+def corpus(tmp_path: Path) -> Path:
+    words = ["today", "please", "now", "thanks", "asap", "kindly", "soon", "quickly"]
+    runs = []
+    for task in range(12):
+        for trial in range(3):
+            w = f"{words[task % 8]} {words[(task + trial) % 8]}"
+            if task % 3 == 0:
+                traj = [user(f"cancel my reservation {w}"), *call("a", "get_user_details"), say("sure?")]
+                traj += [user("yes, proceed"), *call("b", CANCEL), say("cancelled")]
+                gold = [{"name": CANCEL if trial else BOOK}]
+            elif task % 3 == 1:
+                traj = [user(f"book a flight to paris {w}"), *call("a", "search_direct_flight")]
+                traj += [*call("b", BOOK), say("booked")]
+                gold = [{"name": BOOK}]
+            else:
+                traj = [user(f"what is my baggage allowance {w}"), *call("a", "get_user_details"), say("two")]
+                gold = []
+            runs.append({"task_id": task, "trial": trial, "reward": float(trial != 1), "traj": traj,
+                         "info": {"task": {"actions": gold}}})  # fmt: skip
+    path = tmp_path / "tau.json"
+    path.write_text(json.dumps(runs))
+    return path
+
+
+def test_the_outer_folds_never_put_a_task_on_both_sides(tmp_path: Path) -> None:
+    segs, dialogs = tau_corpus(corpus(tmp_path))
+    plan = outer_folds(segs, dialogs, 5, 0)
+    assert sorted(i for _, test in plan for i in test) == list(range(len(dialogs)))
+    for train, test in plan:
+        held = {dialogs[i].task for i in test}
+        assert held and not held & {segs[i].task for i in train}
+
+
+def test_prepare_is_probed_before_every_model_call_of_the_held_out_conversations(tmp_path: Path) -> None:
+    segs, dialogs = tau_corpus(corpus(tmp_path))
+    assert sum(1 for s in segs if not s.ok) == 0
+    assert sum(1 for s in tau_corpus(corpus(tmp_path), "reward")[0] if not s.ok) > 0  # trial 1 has reward 0
+    config = PromotionConfig(min_executions=3, applicability_min_negatives=3)
+    result = evaluate_calls(segs, dialogs, HashingEmbedder(), config, folds=3)
+    assistant = sum(1 for d in dialogs for m in d.messages if m["role"] == "assistant")
+    assert result.calls == result.pooled["calls"] == assistant == sum(f["calls"] for f in result.per_fold)
+    assert result.single["P"] + result.single["N"] == len(dialogs)  # one first request per conversation
+    assert result.pooled["no_write_calls"] == 12 * 2  # the baggage conversations: two calls each, never a write
+    assert result.pooled["wrong_writes"] == 4  # tasks 0, 3, 6 and 9, trial 0: the cancel was not the gold booking
+    assert 0.0 <= result.hindsight["misleading"] <= 0.03 + 1e-9
+    assert len(result.fitted) == 3 and all(f["examples"] > 0 for f in result.fitted)
+
+
+@pytest.mark.parametrize("outcome", ["execution", "reward"])
+def test_the_single_turn_side_alone(tmp_path: Path, outcome: str) -> None:
+    segs, dialogs = tau_corpus(corpus(tmp_path), outcome)
+    config = PromotionConfig(min_executions=3, applicability_min_negatives=3)
+    result = evaluate_calls(segs, dialogs, HashingEmbedder(), config, folds=3, every_call=False, outcome=outcome)
+    assert result.calls == 0 and result.single["P"] + result.single["N"] == len(dialogs)
+    assert sum(f["P"] + f["N"] for f in result.single_per_fold) == len(dialogs)
