@@ -20,7 +20,7 @@ CORPUS ?=
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -qq --upgrade pip
-	$(PY) -m pip install -qq -e .
+	$(PY) -m pip install -qq -e '.[pipeline,postgres,oracle]'   # an agent alone needs only the base (README)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
@@ -33,12 +33,16 @@ install-dev: $(VENV)/.installed-dev
 demo: install
 	$(SF) demo --db $(DB) $(if $(CORPUS),--corpus $(CORPUS),)
 
+# The whole suite on every core; modules sharing a module-scoped fixture stay on one worker (tests/conftest.py).
+# One BLAS thread per xdist worker: the workers already fill the cores, and OpenBLAS's own threads on top of
+# them made a rule fit several times slower (docs/BENCHMARKS.md, "The test suite").
+BLAS1 := OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 test: install-dev
-	$(PY) -m pytest
+	$(BLAS1) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(PY) -m pytest -n auto --dist loadgroup
 
 # Unit, storage and CLI tests without real flow runs or slow fault tests (CI runs the full `make test`).
 test-fast: install-dev
-	$(PY) -m pytest -m "not prefect and not slow"
+	$(BLAS1) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(PY) -m pytest -n auto --dist loadgroup -m "not prefect and not slow"
 
 lint: install-dev
 	$(VENV)/bin/ruff check skillflow flows tasks tests
@@ -59,6 +63,7 @@ ui-check: install-dev
 
 bench: install
 	$(SF) bench capture
+	$(SF) bench agent
 	$(SF) bench retrieval
 	$(SF) bench lifecycle
 	$(SF) bench cycle

@@ -1,14 +1,24 @@
-"""Shared fixtures: migrated databases on SQLite and on the real PostgreSQL server, corpora, Prefect."""
+"""Shared fixtures: migrated databases on SQLite and on the real PostgreSQL server, corpora, Prefect.
+
+Speed (docs/BENCHMARKS.md, "The test suite"): each backend is migrated once per session (per xdist worker)
+into a template that every test copies (SQLite: the file; PostgreSQL: ``CREATE DATABASE ... TEMPLATE``);
+hypothesis runs the ``HYPOTHESIS_PROFILE`` profile (``dev`` unless set; ``make test`` sets ``ci``); a module with a
+module-scoped fixture runs on one xdist worker (its ``xdist_group``) so that the fixture is built once.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import make_url
 
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
@@ -18,6 +28,14 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One Prefect home per test process: xdist workers (and the CLI subprocesses they start) never share the
+# ephemeral server's database with each other or with the developer's `.prefect/`.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix=f"prefect-home-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
+
+# Moderate example counts, no deadline (a busy 2-core CI machine must not turn into flaky timing failures).
+settings.register_profile("ci", max_examples=60, deadline=None)
+settings.register_profile("dev", max_examples=25, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 pytest_plugins = ["tests.support.promotion"]
 
@@ -27,6 +45,55 @@ CORPORA = SHARED / "corpora"
 TAU_BENCH = CORPORA / "tau-bench" / "gpt-4o-airline.json"
 POSTGRES_DSN = os.environ.get("SKILLFLOW_TEST_POSTGRES_DSN")
 PG_SKIP_REASON = "SKILLFLOW_TEST_POSTGRES_DSN is not set (CI sets it; locally: export it to run the PostgreSQL tests)"
+
+
+def _worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per session; tests copy it instead of migrating their own."""
+    path = tmp_path_factory.mktemp("template") / "skillflow.db"
+    eng = make_engine(f"sqlite:///{path}")
+    migrate(eng)
+    eng.dispose()
+    return path
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A PostgreSQL database migrated once per session (per worker); tests clone it and drop their clone."""
+    if not POSTGRES_DSN:
+        pytest.skip(PG_SKIP_REASON)
+    name = f"sf_tpl_{_worker()}_{uuid.uuid4().hex[:8]}"
+    admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    eng = make_engine(make_url(POSTGRES_DSN).set(database=name).render_as_string(hide_password=False))
+    migrate(eng)
+    eng.dispose()  # a template with an open connection cannot be copied
+    try:
+        yield name
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _pg_clone(template: str) -> Iterator[str]:
+    """A fresh database copied from the migrated template for one test; yields its URL, drops it after."""
+    assert POSTGRES_DSN
+    name = f"sf_t_{uuid.uuid4().hex[:12]}"
+    admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+    try:
+        yield make_url(POSTGRES_DSN).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def _pg_engine() -> Iterator[str]:
@@ -48,28 +115,36 @@ def _pg_engine() -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database URL on each backend (SQLite file; PostgreSQL schema)."""
+    """A database URL on each backend: empty (SQLite file; PostgreSQL schema), or, when the test also uses
+    ``engine``, that engine's migrated database (a copy of the session's template)."""
+    migrated = "engine" in request.fixturenames
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'skillflow.db'}"
+        path = tmp_path / "skillflow.db"
+        if migrated:
+            shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
         return
     if not POSTGRES_DSN:
         pytest.skip(PG_SKIP_REASON)
-    yield from _pg_engine()
+    if migrated:
+        yield from _pg_clone(request.getfixturevalue("pg_template"))
+    else:
+        yield from _pg_engine()
 
 
 @pytest.fixture
 def engine(db_url: str) -> Iterator[Engine]:
-    """A migrated engine on each backend."""
+    """A migrated engine on each backend (``db_url`` copied it from the migrated template)."""
     eng = make_engine(db_url)
-    migrate(eng)
     yield eng
     eng.dispose()
 
 
 @pytest.fixture
-def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
-    eng = make_engine(f"sqlite:///{tmp_path / 'skillflow.db'}")
-    migrate(eng)
+def sqlite_engine(tmp_path: Path, sqlite_template: Path) -> Iterator[Engine]:
+    path = tmp_path / "skillflow.db"
+    shutil.copyfile(sqlite_template, path)
+    eng = make_engine(f"sqlite:///{path}")
     yield eng
     eng.dispose()
 
@@ -116,3 +191,13 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         temporary_settings({PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}),
     ):
         yield
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, keep each module that has a module-scoped fixture (a Prefect server, a fleet, an evaluation
+    run, a loaded model) on one worker, so that the fixture is built once rather than once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the item
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d and d[-1].scope in ("module", "class") for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -5,28 +5,36 @@ moment with :func:`skillflow.injection.history.examples` — the conversation so
 and vectorised exactly like live requests), its intent (the state-changing call its procedure ends in) and
 the calls before it — and fits :func:`skillflow.injection.calibration.fit` against the live skills,
 grouped by conversation. The rule is stored with the live skills' fingerprint (one row per tenant,
-replaced: a re-run converges).
+replaced: a re-run converges) and with the key of the fit's inputs: a cycle or status change whose inputs
+are unchanged since the last fit keeps the stored rule instead of fitting it again (docs/guide/runtime.md,
+"When the rule is refitted").
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
-from skillflow.injection.applicability import fingerprint, live_skills, save_rule
-from skillflow.injection.calibration import NEVER, Budget, Example, Rule, fit
+from skillflow import __version__
+from skillflow.injection.applicability import fingerprint, live_skills, rule_document, rule_from_document, save_rule
+from skillflow.injection.calibration import NEVER, Budget, LiveSkill, Rule, fit
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.history import HistoryRun, examples
 from skillflow.injection.views import NEAREST, VIEWS
 from skillflow.kernel.config import PromotionConfig, get_settings
 from skillflow.promotion.redact import redact_query
-from skillflow.storage.schema import workflow_memory
+from skillflow.storage.schema import applicability_rules, workflow_memory
 from skillflow.storage.skills import declared_state_changes
 
 log = logging.getLogger("skillflow.promotion.calibrate")
+
+FIT_KEY = "fit_key"  # where the stored rule document keeps the key of the inputs it was fitted on
 
 
 def declared_tools(engine: Engine, agent_id: str) -> dict[str, bool]:
@@ -35,15 +43,8 @@ def declared_tools(engine: Engine, agent_id: str) -> dict[str, bool]:
         return declared_state_changes(conn, agent_id)
 
 
-def history_examples(
-    engine: Engine,
-    agent_id: str,
-    user_id: str,
-    config: PromotionConfig,
-    embedder: Embedder,
-    declared: dict[str, bool] | None = None,
-) -> list[Example]:
-    """The tenant's newest runs as examples (oldest first), each in the form of a live request."""
+def history_runs(engine: Engine, agent_id: str, user_id: str, config: PromotionConfig) -> list[HistoryRun]:
+    """The tenant's newest hashed runs the rule is fitted on (oldest first)."""
     wm = workflow_memory
     with engine.connect() as conn:
         rows = conn.execute(
@@ -54,14 +55,57 @@ def history_examples(
             .order_by(wm.c.created_at.desc(), wm.c.id)
             .limit(config.applicability_history_runs)
         ).all()
-    runs = [
+    return [
         HistoryRun(
             str(r.id), str(r.query or ""), str(r.tool_sequence or ""), str(r.canonical_hash), r.conversation_id,
             r.segment_index,
         )
         for r in reversed(rows)
     ]  # fmt: skip
-    return examples(runs, embedder, VIEWS, redact_query, declared)
+
+
+def fit_key(
+    fp: str,
+    model_id: str,
+    skills: Sequence[LiveSkill],
+    runs: Sequence[HistoryRun],
+    declared: Mapping[str, bool] | None,
+    config: PromotionConfig,
+) -> str:
+    """sha256 over everything the fit reads: the live skills as the rule sees them, the runs it is fitted on,
+    the declared tools, the embedding model, the configuration values it uses and the code's version."""
+    doc = {
+        "version": __version__,
+        "views": [list(VIEWS), list(NEAREST)],
+        "model": model_id,
+        "fingerprint": fp,
+        "skills": [[s.skill_id, s.canonical_hash, s.intent, list(s.procedure), list(s.rank)] for s in skills],
+        "runs": [
+            [r.run_id, r.query, r.tool_sequence, r.canonical_hash, r.conversation_id, r.segment_index] for r in runs
+        ],
+        "declared": sorted((declared or {}).items()),
+        "config": [
+            config.applicability_wrong_budget,
+            config.applicability_false_budget,
+            config.applicability_min_negatives,
+            config.applicability_history_runs,
+            config.retrieval_min_similarity,
+        ],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def stored_fit(engine: Engine, agent_id: str, user_id: str, key: str) -> Rule | None:
+    """The tenant's stored rule when it was fitted on exactly the inputs ``key`` names, else None."""
+    with engine.connect() as conn:
+        doc = conn.execute(
+            select(applicability_rules.c.rule).where(
+                applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id
+            )
+        ).scalar()
+    if not isinstance(doc, Mapping) or doc.get(FIT_KEY) != key:
+        return None
+    return rule_from_document(doc)
 
 
 def summary(rule: Rule, fp: str) -> dict[str, Any]:
@@ -92,13 +136,23 @@ def calibrate(
     dry_run: bool = False,
     embedder: Embedder | None = None,
 ) -> dict[str, Any]:
-    """Fit and (unless ``dry_run``) store the tenant's rule for its live skills; returns the report summary."""
+    """Fit and (unless ``dry_run``) store the tenant's rule for its live skills; returns the report summary.
+
+    When the stored rule was fitted on the same inputs (:func:`fit_key`) it is kept as it is (same row, same
+    cycle) and its summary returned: the fit is deterministic, so fitting again would store the same rule.
+    """
     embedder = embedder or get_embedder(get_settings().embedder)
     declared = declared_tools(engine, agent_id) or None
     with engine.connect() as conn:
         skills = live_skills(conn, agent_id, user_id, declared)
         fp = fingerprint(conn, agent_id, user_id, embedder.model_id)
-    history = history_examples(engine, agent_id, user_id, config, embedder, declared) if skills else []
+    runs = history_runs(engine, agent_id, user_id, config) if skills else []
+    key = fit_key(fp, embedder.model_id, skills, runs, declared, config)
+    kept = stored_fit(engine, agent_id, user_id, key)
+    if kept is not None:
+        log.info("applicability %s/%s: inputs unchanged, the stored rule is kept", agent_id, user_id)
+        return summary(kept, fp)
+    history = examples(runs, embedder, VIEWS, redact_query, declared)
     budget = Budget(
         wrong=config.applicability_wrong_budget,
         false=config.applicability_false_budget,
@@ -110,6 +164,11 @@ def calibrate(
             try:
                 with engine.begin() as conn:
                     save_rule(conn, agent_id, user_id, fp, embedder.model_id, rule, cycle)
+                    conn.execute(
+                        update(applicability_rules)
+                        .where(applicability_rules.c.agent_id == agent_id, applicability_rules.c.user_id == user_id)
+                        .values(rule={**rule_document(rule), FIT_KEY: key})
+                    )
                 break
             except IntegrityError:
                 # Two overlapping cycles (e.g. after a lease expired) replaced the tenant's rule at once:

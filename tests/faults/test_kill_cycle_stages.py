@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine
@@ -43,12 +44,22 @@ def _cycle(engine: Engine) -> cycle.PromotionReport:
     return cycle.run_partition(engine, AGENT, "u1", config(require_shadow=True), flow_run_id=FLOW_RUN)
 
 
-@pytest.mark.parametrize("stage", STAGES)
-def test_kill_at_stage_then_rerun_equals_a_clean_run(stage: str, tmp_path: Path) -> None:
-    clean = _seeded(tmp_path / "clean.db")
-    clean_report = _cycle(clean)
-    assert len(clean_report.promoted) == 2  # both classes promote in one clean cycle
+@pytest.fixture(scope="module")
+def want(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tables after one clean cycle: the reference of every stage's kill-and-rerun (built once)."""
+    with pytest.MonkeyPatch.context() as mp:  # what ``offline_providers`` sets, for this module-wide run
+        for name, value in (("EMBEDDER", "hashing"), ("DISTILLER", "offline"), ("JUDGE", "offline")):
+            mp.setenv(f"SKILLFLOW_{name}", value)
+        clean = _seeded(tmp_path_factory.mktemp("clean") / "clean.db")
+        clean_report = _cycle(clean)
+        assert len(clean_report.promoted) == 2  # both classes promote in one clean cycle
+        tables = dump(clean)
+        clean.dispose()
+    return tables
 
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_kill_at_stage_then_rerun_equals_a_clean_run(stage: str, tmp_path: Path, want: dict[str, Any]) -> None:
     killed = _seeded(tmp_path / "killed.db")
     url = killed.url.render_as_string(hide_password=False)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -62,6 +73,6 @@ def test_kill_at_stage_then_rerun_equals_a_clean_run(stage: str, tmp_path: Path)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     rerun = _cycle(killed)
     assert rerun.partition_skipped is None  # the retry of the crashed run holds the same lease
-    got, want = dump(killed), dump(clean)
+    got = dump(killed)
     for table in want:
         assert got[table] == want[table], table

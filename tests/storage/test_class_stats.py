@@ -209,7 +209,7 @@ def _assert_agree(engine: Engine) -> None:
     _assert_counters(engine)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(history=st.lists(op, min_size=1, max_size=40))
 def test_maintained_statistics_equal_the_full_aggregation(engine: Engine, history: list[tuple[Any, ...]]) -> None:
     _reset(engine)

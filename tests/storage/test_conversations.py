@@ -181,7 +181,7 @@ def hypothesis_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     return eng
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.one_of(messages_st, values), user=st.one_of(st.text(max_size=5), values), cid=values)
 def test_record_conversation_never_raises(hypothesis_engine: Engine, messages: Any, user: Any, cid: Any) -> None:
     sf = Skillflow(agent_id="fuzz", engine=hypothesis_engine, spool_dir=Path("/nonexistent/never"))

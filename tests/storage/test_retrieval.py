@@ -277,7 +277,7 @@ def assert_same(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> 
     min_score=st.one_of(st.sampled_from([-1.0, -10.0, 0.0, 0.7, 0.99, 1.0]), st.floats(-1.2, 1.2)),
     max_fraction=st.sampled_from([0.0, 0.25, 1.0]),
 )
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 def test_pruned_top_k_equals_brute_force(
     seed: int,
     n: int,

@@ -125,7 +125,7 @@ def _steps(shape: list[tuple[str, frozenset[str], str | None]], values: list[obj
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(step_lists(), st.lists(json_values, min_size=1, max_size=3), st.lists(json_values, min_size=1, max_size=3))
 def test_property_values_never_change_hash(shape, values_a, values_b) -> None:  # type: ignore[no-untyped-def]
     ha = canonical.canonical_hash(canonical.signature(_steps(shape, values_a)))
@@ -160,20 +160,20 @@ def test_expected_hash_reproduces_the_golden_vector() -> None:
     assert expected_hash(shape) == GOLDEN_HASH
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(step_lists())
 def test_property_hash_matches_the_documented_rule(shape) -> None:  # type: ignore[no-untyped-def]
     assert canonical.canonical_hash(canonical.signature(_steps(shape, [1]))) == expected_hash(shape)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(step_lists(), step_lists())
 def test_property_shape_changes_hash(a, b) -> None:  # type: ignore[no-untyped-def]
     ha, hb = (canonical.canonical_hash(canonical.signature(_steps(s, [1]))) for s in (a, b))
     assert (ha == hb) == (expected_hash(a) == expected_hash(b))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(json_values)
 def test_property_arbitrary_json_never_crashes(doc) -> None:  # type: ignore[no-untyped-def]
     try:

@@ -47,7 +47,7 @@ messages = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(messages)
 def test_any_message_list_reads_without_raising(msgs: list[Any]) -> None:
     conv = Conversation.from_messages(msgs)
@@ -55,7 +55,7 @@ def test_any_message_list_reads_without_raising(msgs: list[Any]) -> None:
     assert all(isinstance(c.tool, str) and c.tool for c in conv.calls)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(deadline=None)
 @given(values)
 def test_a_non_list_reads_as_an_empty_conversation_or_its_readable_part(doc: Any) -> None:
     Conversation.from_messages(doc)

@@ -20,7 +20,7 @@ skill = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(st.lists(skill, min_size=1, max_size=12), st.lists(st.one_of(tool, st.just("unknown_tool")), max_size=7))
 def test_the_chooser_picks_what_the_rule_says(skills: list[LiveSkill], prefix: list[str]) -> None:
     expected = champion(skills, prefix)
@@ -40,7 +40,7 @@ def test_follows_is_the_longest_common_subsequence() -> None:
 LONG_TOOLS = [f"t{i}" for i in range(9)]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(
     st.lists(st.lists(st.sampled_from(LONG_TOOLS), min_size=0, max_size=80), min_size=1, max_size=8),
     st.lists(st.sampled_from([*LONG_TOOLS, "unknown_tool"]), max_size=30),
