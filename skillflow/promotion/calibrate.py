@@ -16,6 +16,8 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, select, update
@@ -64,6 +66,18 @@ def history_runs(engine: Engine, agent_id: str, user_id: str, config: PromotionC
     ]  # fmt: skip
 
 
+@lru_cache(maxsize=1)
+def fit_code() -> str:
+    """A digest of the modules that decide what a fit produces: a changed fit refits every tenant once, even
+    at an unchanged package version (an upgrade never keeps a rule the new code would not have fitted)."""
+    from skillflow.injection import calibration, history, procedures, views
+
+    digest = hashlib.sha256()
+    for module in (calibration, history, procedures, views):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()
+
+
 def fit_key(
     fp: str,
     model_id: str,
@@ -73,9 +87,11 @@ def fit_key(
     config: PromotionConfig,
 ) -> str:
     """sha256 over everything the fit reads: the live skills as the rule sees them, the runs it is fitted on,
-    the declared tools, the embedding model, the configuration values it uses and the code's version."""
+    the declared tools, the embedding model, the configuration values it uses, the package's version and a
+    digest of the fitting code (:func:`fit_code`)."""
     doc = {
         "version": __version__,
+        "code": fit_code(),
         "views": [list(VIEWS), list(NEAREST)],
         "model": model_id,
         "fingerprint": fp,

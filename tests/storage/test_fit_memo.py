@@ -16,6 +16,7 @@ from skillflow.injection.embeddings import HashingEmbedder
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import InjectionRole, SkillStatus, Step
 from skillflow.lifecycle.decisions import demote_skill
+from skillflow.promotion import calibrate as calibrate_module
 from skillflow.promotion.calibrate import FIT_KEY, calibrate
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import applicability_rules
@@ -109,3 +110,18 @@ def test_a_status_change_refits_for_the_new_live_set(engine: Engine) -> None:
     refit = _row(engine)
     assert refit["fingerprint"] != fitted["fingerprint"] and refit["rule"]["skills"] == []
     assert refit["rule"][FIT_KEY] != fitted["rule"][FIT_KEY] and refit["cycle"] == 1
+
+
+def test_changed_fitting_code_refits(engine: Engine, monkeypatch: Any) -> None:
+    """An upgrade whose fit differs refits an unchanged tenant once, even at the same package version."""
+    _tenant(engine)
+    calibrate(engine, A, U, CONFIG, 1, embedder=EMB)
+    fitted = _row(engine)
+    monkeypatch.setattr(calibrate_module, "fit_code", lambda: "another fit")
+    calibrate(engine, A, U, CONFIG, 2, embedder=EMB)
+    refit = _row(engine)
+    assert refit["cycle"] == 2 and refit["rule"][FIT_KEY] != fitted["rule"][FIT_KEY]
+
+
+def test_fit_code_digests_the_fitting_modules() -> None:
+    assert len(calibrate_module.fit_code()) == 64 and calibrate_module.fit_code() == calibrate_module.fit_code()
