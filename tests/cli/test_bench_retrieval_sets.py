@@ -13,6 +13,9 @@ from skillflow.cli import app
 from skillflow.cli.commands import bench_retrieval
 from skillflow.lab.bench.every_call import CallResult
 
+# End-to-end runs of a bench or the evaluation harness: `make test` runs them, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 SMALL = ["bench", "retrieval", "--embedder", "hashing", "--skills", "10", "--pools", "5", "--queries", "10"]
 SMALL += ["--rounds", "1", "--tau-bench", "", "--api-bank", "", "--prepare-probes", "0"]
 

@@ -17,6 +17,9 @@ from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import skillbox, workflow_memory
 
+# End-to-end runs of a bench or the evaluation harness: `make test` runs them, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 
 def test_generate_fills_the_requested_shape(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'gen.db'}")

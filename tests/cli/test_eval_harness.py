@@ -34,6 +34,9 @@ from skillflow.storage.engine import make_engine
 from skillflow.storage.schema import applicability_rules, skillbox
 from tests.support.fake_provider_server import FakeProvider, fake_provider
 
+# End-to-end runs of a bench or the evaluation harness: `make test` runs them, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 SKILL_MD = """---
 name: refund-order
 description: "Use when the user asks for a refund of an order."

@@ -11,6 +11,9 @@ from nbclient import NotebookClient
 
 from skillflow.lab.evaluation.scripted import OFFLINE_LABEL
 
+# End-to-end runs of a bench or the evaluation harness: `make test` runs them, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "continual_learning_eval.ipynb"
 ASSERTIONS = {
     "skill_arms_zero_raw_workflows",

@@ -71,6 +71,7 @@ def encoder() -> MiniLMEncoder:
     return MiniLMEncoder()
 
 
+@pytest.mark.slow  # loads torch and sentence-transformers (~15 s): `make test` runs it, `make test-fast` does not
 @pytest.mark.skipif(
     importlib.util.find_spec("sentence_transformers") is None,
     reason="sentence-transformers is not installed (it is in the dev extra): nothing to compare against",
