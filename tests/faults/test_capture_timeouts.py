@@ -26,6 +26,9 @@ from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import workflow_memory
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, _pg_engine
 
+# Real stalled servers and locks, each waited out to its bound: `make test` runs them, `make test-fast` not.
+pytestmark = pytest.mark.slow
+
 STEPS = [{"tool": "lookup_order", "arguments": {"order_id": 7}, "result": {"ok": True}}]
 BOUND = 5.0  # seconds: the 2 s connection floor (or the 0.5 s capture timeout) plus scheduling slack
 

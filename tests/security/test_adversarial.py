@@ -173,6 +173,7 @@ def server() -> Iterator[FakeLLMServer]:
         yield srv
 
 
+@pytest.mark.slow  # the whole adversarial corpus through a cycle (~5 s): `make test` runs it, `make test-fast` not
 def test_adversarial_figures(
     sqlite_engine: Engine,
     server: FakeLLMServer,
