@@ -316,6 +316,22 @@ def run_tau_bench(
     return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed)
 
 
+def activate(conn: Any, skills: Sequence[LiveSkill], agent: str, user: str) -> list[LiveSkill]:
+    """``skills`` stored as ACTIVE skills of one bench tenant (``conn`` in a transaction): the same skills under
+    their stored ids, in order."""
+    from skillflow.kernel.models import InjectionRole, SkillStatus
+    from skillflow.storage.skills import insert_skill, transition
+
+    out = []
+    for i, s in enumerate(skills):
+        rec = insert_skill(conn, agent_id=agent, user_id=user, canonical_hash=s.canonical_hash,
+                           name=f"skill-{i}", description=s.intent, content=f"procedure {s.intent}",
+                           status=SkillStatus.SHADOW)  # fmt: skip
+        transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
+        out.append(LiveSkill(rec.id, s.canonical_hash, s.intent, s.procedure, s.rank))
+    return out
+
+
 def time_prepare(
     segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60, filler: int = 0
 ) -> dict[str, float]:
@@ -339,27 +355,20 @@ def time_prepare(
     from skillflow.injection.conversation import Conversation, ToolCall
     from skillflow.injection.selection import select_rule_skill
     from skillflow.injection.views import RECENT_TEXTS
-    from skillflow.kernel.models import InjectionRole, SkillStatus, new_id, utcnow
+    from skillflow.kernel.models import SkillStatus, new_id, utcnow
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
     from skillflow.storage.migrations import migrate
     from skillflow.storage.schema import skillbox
-    from skillflow.storage.skills import insert_skill, live_keys, transition
+    from skillflow.storage.skills import live_keys
 
     agent, user = "bench-agent", "bench-user"
     with tempfile.TemporaryDirectory() as tmp:
         engine = make_engine(f"sqlite:///{Path(tmp) / 'prepare.db'}")
         migrate(engine)
         gated = gated_skills(segs, config)
-        ids: dict[str, str] = {}
         with engine.begin() as conn:
-            for i, s in enumerate(gated):
-                rec = insert_skill(conn, agent_id=agent, user_id=user, canonical_hash=s.canonical_hash,
-                                   name=f"skill-{i}", description=s.intent, content=f"procedure {s.intent}",
-                                   status=SkillStatus.SHADOW)  # fmt: skip
-                transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
-                ids[s.skill_id] = rec.id
-        skills = [LiveSkill(ids[s.skill_id], s.canonical_hash, s.intent, s.procedure, s.rank) for s in gated]
+            skills = activate(conn, gated, agent, user)
         rng = random.Random(0)
         reads = sorted({t for s in segs for t in s.procedure[:-1]}) or ["read"]
         now, rows = utcnow(), []

@@ -43,7 +43,7 @@ from skillflow.injection.history import examples as history_examples
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.state import changes_state
-from skillflow.lab.bench.applicability_bench import Seg, conversation_segs, gated_skills, history_runs
+from skillflow.lab.bench.applicability_bench import Seg, activate, conversation_segs, gated_skills, history_runs
 from skillflow.lab.bench.call_points import CallPoint, Dialog, dialog, gold_writes
 from skillflow.lab.bench.retrieval_bench import CachedEmbedder
 from skillflow.lab.ingest.api_bank import chat_messages
@@ -182,23 +182,15 @@ def tenant(
     """A fresh SQLite tenant holding ``skills`` as ACTIVE skills: (Skillflow, skill id -> skill with its
     stored id, a function that stores a rule for them)."""
     from skillflow.injection.applicability import RULES, fingerprint, save_rule
-    from skillflow.kernel.models import InjectionRole, SkillStatus
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
     from skillflow.storage.migrations import migrate
-    from skillflow.storage.skills import insert_skill, transition
 
     with tempfile.TemporaryDirectory() as tmp:
         engine = make_engine(f"sqlite:///{Path(tmp) / 'tenant.db'}")
         migrate(engine)
-        stored: dict[str, LiveSkill] = {}
         with engine.begin() as conn:
-            for i, s in enumerate(skills):
-                rec = insert_skill(conn, agent_id=AGENT, user_id=USER, canonical_hash=s.canonical_hash,
-                                   name=f"skill-{i}", description=s.intent, content=f"procedure {s.intent}",
-                                   status=SkillStatus.SHADOW)  # fmt: skip
-                transition(conn, rec.id, SkillStatus.ACTIVE, actor="bench", injection_role=InjectionRole.USER)
-                stored[rec.id] = LiveSkill(rec.id, s.canonical_hash, s.intent, s.procedure, s.rank)
+            stored = {live.skill_id: live for live in activate(conn, skills, AGENT, USER)}
 
         def store(rule: Rule) -> None:
             with engine.begin() as conn:
