@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
-from skillflow.injection.calibration import NEVER, READ_ONLY, LiveSkill, Rule
+from skillflow.injection.rule import NEVER, READ_ONLY, LiveSkill, Rule
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.kernel.state import changes_state
 from skillflow.storage.schema import applicability_rules, skillbox, workflow_memory

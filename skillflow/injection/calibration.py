@@ -1,4 +1,5 @@
-"""Self-calibrated applicability: fit a tenant's injection rule on its own history, and apply it.
+"""Self-calibrated applicability: fit a tenant's injection rule on its own history (applying it is
+:mod:`skillflow.injection.rule`).
 
 The rule (docs/guide/runtime.md, "Which skill, or none") decides *which intent* a request belongs to — the
 state-changing call its procedure ends in, or ``read-only`` — and then *which live skill* of that intent
@@ -21,18 +22,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from skillflow.injection.procedures import Chooser, follows
+from skillflow.injection.rule import NEVER, NONE, LiveSkill, Rule, Scores, by_intent, score
 from skillflow.kernel.config import PromotionConfig
-from skillflow.kernel.state import NOOP_TOOLS
 
-NONE = "__none__"
-READ_ONLY = "read-only"
-NEVER = float("inf")
 MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
 MIN_INTENT_CANDIDATES = 5  # an intent gets its own floor only with this many inner-CV candidates
 # Scores the inner CV chooses from: None = nearest exemplar (max cosine per label), else the logistic regression's
@@ -54,21 +51,6 @@ class Example:
     trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
 
 
-@dataclass(frozen=True)
-class LiveSkill:
-    """A live skill as the rule sees it: its intent, its procedure (tool names, write last) and its rank."""
-
-    skill_id: str
-    canonical_hash: str
-    intent: str
-    procedure: tuple[str, ...]
-    rank: tuple[float, ...] = ()  # higher is better: (success rate, executions)
-
-    def follows(self, calls: Sequence[str]) -> int:
-        """How many of the calls already made this procedure makes in the same order (their common subsequence)."""
-        return follows(tuple(calls), self.procedure)
-
-
 def _config_default(name: str) -> Any:
     """The ``PromotionConfig`` default of ``name``: the budgets have one source, the configuration."""
     return PromotionConfig.model_fields[name].default
@@ -85,69 +67,8 @@ class Budget:
     seed: int = 1
 
 
-@dataclass
-class Rule:
-    """A fitted decision rule; ``view is None`` (or no floors) means inject nothing."""
-
-    view: str | None
-    margin: float
-    floors: dict[str, float]
-    lower_bound: float
-    labels: list[str]
-    exemplars: np.ndarray  # float32 (n, dim), rows grouped by label index
-    exemplar_labels: np.ndarray  # int label index per row (sorted)
-    skills: list[LiveSkill]
-    tools_before: dict[str, list[str]]
-    reason: str = ""
-    inner: dict[str, int] = field(default_factory=dict)
-    weights: np.ndarray | None = None  # (labels, dim) logistic regression; None: max-cosine scores (older rules)
-    bias: np.ndarray | None = None  # (labels,), -inf for a label without exemplars
-    strength: float | None = None  # the logistic regression's C chosen by the inner CV
-    _parts: tuple[_Index, dict[str, _Choices], dict[str, set[str]]] | None = field(
-        default=None, repr=False, compare=False
-    )
-
-    def parts(self) -> tuple[_Index, dict[str, _Choices], dict[str, set[str]]]:
-        """The index, each intent's skill chooser and tools-before sets, built once per rule (decide runs per
-        request)."""
-        if self._parts is None:
-            index = _Index.__new__(_Index)
-            index.labels, index.vecs, index.lab = self.labels, self.exemplars, self.exemplar_labels
-            index.starts = np.searchsorted(index.lab, np.arange(len(self.labels)))
-            index.present = np.isin(np.arange(len(self.labels)), index.lab)
-            index.w, index.b = self.weights, self.bias
-            before = {k: set(v) for k, v in self.tools_before.items()}
-            self._parts = (index, {k: _Choices(v) for k, v in _by_intent(self.skills).items()}, before)
-        return self._parts
-
-    @property
-    def injects(self) -> bool:
-        return self.view is not None and any(np.isfinite(f) for f in self.floors.values())
-
-
-@dataclass(frozen=True)
-class Decision:
-    skill_id: str | None
-    intent: str | None
-    score: float
-    runner_up: float
-    reason: str
-
-
-class _Choices(list[LiveSkill]):
-    """An intent's live skills with the chooser that picks the one following the calls made."""
-
-    def __init__(self, skills: Sequence[LiveSkill]) -> None:
-        super().__init__(skills)
-        self.chooser = Chooser(skills)
-
-    def choose(self, prefix: Sequence[str]) -> LiveSkill | None:
-        chosen = self.chooser.choose(prefix)
-        return chosen if isinstance(chosen, LiveSkill) else None
-
-
-class _Index:
-    """Exemplars labelled by intent (or NONE), grouped by label for one ``maximum.reduceat``."""
+class _Index(Scores):
+    """A score trained on labelled exemplars: sorted by label, and the logistic regression fitted when ``c``."""
 
     def __init__(
         self,
@@ -159,31 +80,14 @@ class _Index:
         weights: np.ndarray | None = None,
         start: np.ndarray | None = None,
     ) -> None:
-        self.labels = labels
         lid = {name: i for i, name in enumerate(labels)}
         ids = np.asarray([lid[x] for x in lab], dtype=np.int64)
         order = np.argsort(ids, kind="stable")
-        self.vecs = np.ascontiguousarray(vecs[order], dtype=np.float32)
-        self.lab = ids[order]
-        self.starts = np.searchsorted(self.lab, np.arange(len(labels)))
-        self.present = np.isin(np.arange(len(labels)), self.lab)
-        self.w: np.ndarray | None = None
-        self.b: np.ndarray | None = None
+        super().__init__(labels, np.ascontiguousarray(vecs[order], dtype=np.float32), ids[order], None, None)
         self.solution: np.ndarray | None = None  # the optimiser's variables, a warm start for another C
         if c is not None and self.vecs.shape[0]:
             wts = None if weights is None else np.asarray(weights, np.float64)[order]
             self.w, self.b, self.solution = _logistic(self.vecs, self.lab, self.present, c, basis, wts, start)
-
-    def best(self, q: np.ndarray) -> np.ndarray:
-        out = np.full(len(self.labels), -np.inf)
-        if self.w is not None and self.b is not None:
-            z = self.w @ np.asarray(q, dtype=np.float64) + self.b
-            p = np.exp(z - z.max())
-            return np.where(np.isfinite(self.b), p / p.sum(), -np.inf)
-        if self.vecs.shape[0]:
-            sims = self.vecs @ np.asarray(q, dtype=np.float32)
-            out[self.present] = np.maximum.reduceat(sims, self.starts[self.present])
-        return out
 
 
 def _span(vecs: np.ndarray) -> np.ndarray | None:
@@ -261,30 +165,6 @@ def _logistic(
     return w_all, b_all, res.x
 
 
-def _score(
-    index: _Index,
-    q: np.ndarray,
-    prefix: Sequence[str],
-    by_intent: Mapping[str, Sequence[LiveSkill]],
-    tools_before: Mapping[str, set[str]],
-) -> tuple[str, float, float, bool]:
-    """(best label, its score, best other label's score, whether the label has a live skill)."""
-    best = index.best(q)
-    done = set(prefix)
-    for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
-        if label != NONE and done and not done <= tools_before.get(label, set()):
-            best[i] = -np.inf
-    live = np.isfinite(best)
-    if index.w is not None and best[live].sum() > 0:  # probabilities: condition on the calls made
-        best[live] /= best[live].sum()
-    order = np.argsort(-best, kind="stable")
-    label, s1 = index.labels[order[0]], float(best[order[0]])
-    s2 = float(best[order[1]]) if len(order) > 1 else -np.inf
-    if label == NONE or not np.isfinite(s1):
-        return NONE, s1, s2, False
-    return label, s1, s2, bool(by_intent.get(label))
-
-
 def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for ex in examples:
@@ -294,13 +174,6 @@ def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
 
 def _labels(skills: Sequence[LiveSkill]) -> list[str]:
     return [*sorted({s.intent for s in skills}), NONE]
-
-
-def _by_intent(skills: Sequence[LiveSkill]) -> dict[str, list[LiveSkill]]:
-    out: dict[str, list[LiveSkill]] = {}
-    for s in skills:
-        out.setdefault(s.intent, []).append(s)
-    return out
 
 
 def _merged(vecs: Sequence[np.ndarray], lab: Sequence[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -374,7 +247,7 @@ def _records_each(
     strengths: Sequence[float | None],
 ) -> list[_Records]:
     """Inner-CV records of one view for each score, the folds' matrices and spans built once."""
-    by_intent = _by_intent(skills)
+    intents = by_intent(skills)
     labels = _labels(skills)
     rows: list[list[tuple[str, float, float, bool, bool, bool]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
@@ -384,7 +257,7 @@ def _records_each(
         if not train:
             continue
         vecs, lab, wts = _merged(
-            [e.vectors[view] for e in train], [e.intent if e.intent in by_intent else NONE for e in train]
+            [e.vectors[view] for e in train], [e.intent if e.intent in intents else NONE for e in train]
         )
         basis = _span(vecs) if any(c is not None for c in strengths) else None
         before = _tools_before(seen)
@@ -394,8 +267,8 @@ def _records_each(
             start = index.solution if index.solution is not None else start
             for i in fold:
                 ex = examples[i]
-                label, s1, s2, has = _score(index, ex.vectors[view], ex.prefix, by_intent, before)
-                rows[k].append((label, s1, s1 - s2, has, ex.intent in by_intent, label == ex.intent))
+                label, s1, s2, has = score(index, ex.vectors[view], ex.prefix, intents, before)
+                rows[k].append((label, s1, s1 - s2, has, ex.intent in intents, label == ex.intent))
     out = []
     for r in rows:
         if not r:
@@ -493,8 +366,8 @@ def fit(
     if not examples:
         return nothing("no history", skills, lower_bound)
     dim = int(next(iter(examples[0].vectors.values())).shape[0])
-    by_intent = _by_intent(skills)
-    negatives = sum(1 for e in examples if e.intent not in by_intent)
+    intents = by_intent(skills)
+    negatives = sum(1 for e in examples if e.intent not in intents)
     if negatives < budget.min_negatives:
         return nothing(
             f"{negatives} request(s) without a skill; {budget.min_negatives} needed", skills, lower_bound, dim
@@ -521,7 +394,7 @@ def fit(
     labels = _labels(skills)
     newest = [e for e in reversed(examples) if e.trains]  # examples arrive oldest first
     vecs, lab, wts = _merged(
-        [e.vectors[view] for e in newest], [e.intent if e.intent in by_intent else NONE for e in newest]
+        [e.vectors[view] for e in newest], [e.intent if e.intent in intents else NONE for e in newest]
     )
     if strength is None:  # the nearest exemplar is stored: the newest distinct exemplars, a bounded number per label
         seen: dict[str, int] = {}
@@ -540,26 +413,3 @@ def fit(
         view, m, floors, lower_bound, labels, keep_vecs, keep_lab, list(skills), before, "fitted", inner,
         index.w, index.b, strength,
     )  # fmt: skip
-
-
-def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: bool = True) -> Decision:
-    """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``.
-
-    ``floors=False`` skips the floors and the margin (what the rule would inject with no abstention beyond
-    ``NONE`` winning): the benchmarks' hindsight row, never the product."""
-    if not rule.injects:
-        return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
-    prefix = tuple(t for t in prefix if t not in NOOP_TOOLS)  # stored procedures never hold a no-op call
-    index, choosers, before = rule.parts()
-    label, s1, s2, has = _score(index, q, prefix, choosers, before)
-    if label == NONE:
-        return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
-    floor = max(rule.floors.get(label, NEVER), rule.lower_bound) if floors else -np.inf
-    if s1 < floor:
-        return Decision(None, label, s1, s2, "below the intent's floor")
-    if floors and s1 - s2 < rule.margin:
-        return Decision(None, label, s1, s2, "margin over the runner-up too small")
-    skill = choosers[label].choose(prefix) if has else None
-    if skill is None:
-        return Decision(None, label, s1, s2, "no live skill of the intent")
-    return Decision(skill.skill_id, label, s1, s2, "injected")

@@ -2,7 +2,7 @@
 
 With a current fitted rule (:mod:`skillflow.injection.applicability`) the request is viewed as the rule
 says (over the conversation so far), redacted and vectorised exactly like the stored history
-(:func:`skillflow.injection.views.vectors`), and :func:`skillflow.injection.calibration.decide` picks at
+(:func:`skillflow.injection.views.vectors`), and :func:`skillflow.injection.rule.decide` picks at
 most one skill — never one of an intent the calls already made contradict. A stale rule (fitted for
 another set of live skills) injects nothing. A tenant without a rule keeps the configured threshold over
 the skills' own vectors (exact, pruned search), with the same conversation checks: candidates whose
@@ -23,10 +23,10 @@ import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, select
 
 from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
-from skillflow.injection.calibration import READ_ONLY, Rule, decide
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
+from skillflow.injection.rule import READ_ONLY, Rule, decide
 from skillflow.injection.views import vectors
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import SkillStatus

@@ -25,9 +25,10 @@ from sqlalchemy.exc import IntegrityError
 
 from skillflow import __version__
 from skillflow.injection.applicability import fingerprint, live_skills, rule_document, rule_from_document, save_rule
-from skillflow.injection.calibration import NEVER, Budget, LiveSkill, Rule, fit
+from skillflow.injection.calibration import Budget, fit
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.history import HistoryRun, examples
+from skillflow.injection.rule import NEVER, LiveSkill, Rule
 from skillflow.injection.views import NEAREST, VIEWS
 from skillflow.kernel.config import PromotionConfig, get_settings
 from skillflow.promotion.redact import redact_query
@@ -70,10 +71,10 @@ def history_runs(engine: Engine, agent_id: str, user_id: str, config: PromotionC
 def fit_code() -> str:
     """A digest of the modules that decide what a fit produces: a changed fit refits every tenant once, even
     at an unchanged package version (an upgrade never keeps a rule the new code would not have fitted)."""
-    from skillflow.injection import calibration, history, procedures, views
+    from skillflow.injection import calibration, history, procedures, rule, views
 
     digest = hashlib.sha256()
-    for module in (calibration, history, procedures, views):
+    for module in (calibration, history, procedures, rule, views):
         digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()
 

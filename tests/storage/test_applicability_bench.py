@@ -86,7 +86,8 @@ def test_prepare_is_timed_through_the_runtime(tmp_path: Path) -> None:
 
 
 def test_the_hindsight_floor_is_the_best_single_floor_within_the_budgets() -> None:
-    from skillflow.injection.calibration import Budget, LiveSkill
+    from skillflow.injection.calibration import Budget
+    from skillflow.injection.rule import LiveSkill
     from skillflow.lab.bench.applicability_bench import Seg, hindsight
 
     def seg(intent: str) -> Seg:

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from skillflow.injection.calibration import Budget, LiveSkill
+from skillflow.injection.calibration import Budget
 from skillflow.injection.embeddings import HashingEmbedder
+from skillflow.injection.rule import LiveSkill
 from skillflow.kernel.config import PromotionConfig
 from skillflow.lab.bench.call_points import CallPoint, Dialog, call_points, dialog
 from skillflow.lab.bench.every_call import (

@@ -6,17 +6,9 @@ import numpy as np
 import pytest
 
 from skillflow.injection import calibration
-from skillflow.injection.calibration import (
-    NONE,
-    Budget,
-    Example,
-    LiveSkill,
-    _records,
-    decide,
-    fit,
-    folds_by_group,
-)
+from skillflow.injection.calibration import Budget, Example, _records, fit, folds_by_group
 from skillflow.injection.procedures import champion
+from skillflow.injection.rule import NONE, LiveSkill, decide
 
 DIM = 16
 PRE_A = ("get_user", "get_reservation")

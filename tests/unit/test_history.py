@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from skillflow.injection.calibration import Budget, LiveSkill, decide, fit
+from skillflow.injection.calibration import Budget, fit
 from skillflow.injection.conversation import LAST
 from skillflow.injection.embeddings import HashingEmbedder
 from skillflow.injection.history import HistoryRun, call_points, examples, requests
+from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import VIEWS, vectors
 
 EMB = HashingEmbedder(32)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillflow.injection.calibration import LiveSkill
 from skillflow.injection.procedures import Chooser, champion, follows
+from skillflow.injection.rule import LiveSkill
 
 TOOLS = ["get_user", "get_reservation", "search", "calculate", "cancel"]
 tool = st.sampled_from(TOOLS)

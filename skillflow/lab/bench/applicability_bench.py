@@ -8,7 +8,7 @@ cycle does (the training segments as stored runs, through :func:`skillflow.injec
 Every held-out segment is then probed once, just before its state-changing call (read-only segments: before
 their last call), with the conversation so far and the calls of the segment made before it. Rows:
 
-- ``fitted``: the product's rule (:func:`skillflow.injection.calibration.decide`);
+- ``fitted``: the product's rule (:func:`skillflow.injection.rule.decide`);
 - ``hindsight``: the same fitted rules' scores with one floor chosen afterwards on the held-out probes
   themselves (the most intent hits within the configured wrong and false budgets, pooled over the folds):
   what the rule's score could do with a perfect floor, next to what its fitted floors do;
@@ -33,12 +33,13 @@ from typing import Any
 import numpy as np
 
 from skillflow.capture.segments import READ_ONLY, Segment, segment_conversation
-from skillflow.injection.calibration import Budget, LiveSkill, decide, fit, folds_by_group
+from skillflow.injection.calibration import Budget, fit, folds_by_group
 from skillflow.injection.conversation import LAST, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.history import HistoryRun
 from skillflow.injection.history import examples as history_examples
 from skillflow.injection.procedures import champion
+from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig

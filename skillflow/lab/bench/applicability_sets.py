@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from skillflow.capture.segments import READ_ONLY
-from skillflow.injection.calibration import LiveSkill
 from skillflow.injection.embeddings import Embedder
+from skillflow.injection.rule import LiveSkill
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import Step

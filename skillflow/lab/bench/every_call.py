@@ -36,10 +36,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from skillflow.injection.calibration import Budget, LiveSkill, Rule, decide, fit, folds_by_group
+from skillflow.injection.calibration import Budget, fit, folds_by_group
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.history import examples as history_examples
+from skillflow.injection.rule import LiveSkill, Rule, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.state import changes_state
