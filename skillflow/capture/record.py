@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -15,6 +14,7 @@ from skillflow.capture.outcome import ConversationOutcome, Evaluator, Workflow, 
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, new_id, utcnow
+from skillflow.kernel.textnorm import encodable
 from skillflow.storage.schema import skill_activations, skillbox, workflow_memory
 
 MAX_ID_CHARS = 64
@@ -41,17 +41,9 @@ class CaptureResult:
     spooled: bool = False
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def clean_text(value: str) -> str:
-    """``value`` encodable as UTF-8 and storable everywhere: NUL and lone surrogates become U+FFFD."""
-    value = value.replace("\x00", "\ufffd")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate (e.g. from ``surrogateescape``) fails every driver and the spool
-        value = _SURROGATE.sub("\ufffd", value)
-    return value
+    """``value`` storable everywhere: NUL (PostgreSQL text refuses it) and lone surrogates become U+FFFD."""
+    return encodable(value.replace("\x00", "\ufffd"))
 
 
 def _clean_str(value: str, limit: int = MAX_STRING_CHARS) -> str:

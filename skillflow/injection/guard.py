@@ -8,38 +8,28 @@ parameter, never its value) and the turn degrades to a request without skills (d
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
+from skillflow.kernel.textnorm import encodable
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def clean(text: str) -> str:
-    """``text`` that encodes as UTF-8: a lone surrogate becomes U+FFFD."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-    return text
 
 
 def safe_text(value: Any) -> str:
     """Text for any value, never raising: bytes decode as UTF-8 (errors replaced), a failing ``__str__``
     becomes ``<unprintable T>``."""
     if isinstance(value, str):
-        return clean(value)
+        return encodable(value)
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     try:
         text = str(value)
     except Exception:  # noqa: BLE001 - a caller's object whose __str__ raises
         return f"<unprintable {type(value).__name__}>"
-    return clean(text) if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
+    return encodable(text) if isinstance(text, str) else f"<unprintable {type(value).__name__}>"
 
 
 def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) -> Any:
@@ -50,7 +40,7 @@ def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) 
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return clean(value)
+        return encodable(value)
     if isinstance(value, bytes | bytearray):
         return f"<{len(value)} bytes>"
     if _depth > 50:

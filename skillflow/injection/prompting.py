@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from skillflow.injection.guard import clean, json_safe, safe_text
+from skillflow.injection.guard import json_safe, safe_text
 from skillflow.injection.retrieval import ScoredSkill
 from skillflow.kernel.models import InjectionRole, SkillStatus
-from skillflow.kernel.textnorm import squeeze
+from skillflow.kernel.textnorm import encodable, squeeze
 
 Provider = Literal["openai", "anthropic", "ollama", "openai-compatible"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "ollama", "openai-compatible")
@@ -207,14 +207,14 @@ def assemble(
         blocks.append(_MEMORY_HEADER + "\n" + "\n".join(_render_memory(m) for m in memories))
     if kept:
         blocks.append(_WORKFLOW_HEADER + "\n" + "\n".join(_render_workflow(w) for w in kept))
-    query = clean(query)
+    query = encodable(query)
     user = query
     if blocks:
         user = "<context>\n" + "\n\n".join(blocks) + "\n</context>\n\nRequest:\n" + query
     developer = None
     if dev_skills:
         developer = _DEV_SKILL_HEADER + "\n\n" + "\n\n".join(render_skill(s) for s in dev_skills)
-    system = SYSTEM_CONTRACT if not system_prompt else clean(system_prompt).rstrip() + "\n\n" + SYSTEM_CONTRACT
+    system = SYSTEM_CONTRACT if not system_prompt else encodable(system_prompt).rstrip() + "\n\n" + SYSTEM_CONTRACT
     return Assembled(
         system=system,
         # A copy as strict JSON: the caller's messages are never mutated, and what reaches the SDK encodes.

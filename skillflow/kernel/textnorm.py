@@ -14,6 +14,18 @@ import re
 import unicodedata
 from functools import lru_cache
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encodable(text: str) -> str:
+    """``text`` that encodes as UTF-8: a lone surrogate (e.g. from ``surrogateescape``) becomes U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
 _TAG_FIRST, _TAG_LAST = 0xE0000, 0xE007F
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Letters without a decomposition that render as blanks (Hangul fillers, braille blank).
