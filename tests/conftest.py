@@ -13,6 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -61,39 +62,40 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def pg_template() -> Iterator[str]:
-    """A PostgreSQL database migrated once per session (per worker); tests clone it and drop their clone."""
-    if not POSTGRES_DSN:
-        pytest.skip(PG_SKIP_REASON)
-    name = f"sf_tpl_{_worker()}_{uuid.uuid4().hex[:8]}"
-    admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    eng = make_engine(make_url(POSTGRES_DSN).set(database=name).render_as_string(hide_password=False))
-    migrate(eng)
-    eng.dispose()  # a template with an open connection cannot be copied
-    try:
-        yield name
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def _pg_clone(template: str) -> Iterator[str]:
-    """A fresh database copied from the migrated template for one test; yields its URL, drops it after."""
+@contextmanager
+def _pg_database(name: str, template: str | None = None) -> Iterator[str]:
+    """A database created on the PostgreSQL server (copied from ``template`` when given); yields its URL and
+    drops it after, whoever still holds a connection to it."""
     assert POSTGRES_DSN
-    name = f"sf_t_{uuid.uuid4().hex[:12]}"
     admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
+    copy = f' TEMPLATE "{template}"' if template else ""
     with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
     try:
         yield make_url(POSTGRES_DSN).set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A PostgreSQL database migrated once per session (per worker); tests clone it and drop their clone."""
+    if not POSTGRES_DSN:
+        pytest.skip(PG_SKIP_REASON)
+    name = f"sf_tpl_{_worker()}_{uuid.uuid4().hex[:8]}"
+    with _pg_database(name) as url:
+        eng = make_engine(url)
+        migrate(eng)
+        eng.dispose()  # a template with an open connection cannot be copied
+        yield name
+
+
+def _pg_clone(template: str) -> Iterator[str]:
+    """A fresh database copied from the migrated template for one test; yields its URL, drops it after."""
+    with _pg_database(f"sf_t_{uuid.uuid4().hex[:12]}", template) as url:
+        yield url
 
 
 def _pg_engine() -> Iterator[str]:
