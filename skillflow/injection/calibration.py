@@ -36,7 +36,7 @@ MIN_INTENT_CANDIDATES = 5  # an intent gets its own floor only with this many in
 # strength C. Ties keep the earlier: the nearest exemplar, then the stronger regularisation.
 CS: tuple[float | None, ...] = (None, 1.0, 10.0, 100.0)
 LR_ITERS = 1000
-LR_TOLERANCE = 1e-6  # stop when no coordinate of the (objective / C n) gradient exceeds this
+LR_TOLERANCE = 1e-6  # lbfgs stops when no coordinate of the (objective / C n) gradient exceeds this
 
 
 @dataclass(frozen=True)
@@ -115,54 +115,42 @@ def _logistic(
     weights: np.ndarray | None = None,
     start: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Multinomial logistic regression, min 0.5 ||W||^2 + C * sum of log-losses (intercept unpenalised), by
-    L-BFGS from zero with the exact gradient in the examples' span (``basis``, from :func:`_span` when not
-    given): deterministic, a few dozen iterations. ``weights`` counts each row that many times (identical
-    rows merged); ``start`` is the solution of the same rows at another C (the optimum is the same, it is
-    reached in fewer iterations). Returns the weights, the intercepts and the optimiser's solution."""
+    """Multinomial logistic regression, min 0.5 ||W||^2 + C * sum of log-losses (intercept unpenalised):
+    scikit-learn's ``LogisticRegression`` (lbfgs) in the examples' span (``basis``, from :func:`_span` when not
+    given), deterministic. ``weights`` counts each row that many times (identical rows merged); ``start`` is the
+    solution of the same rows at another C (the optimum is the same, it is reached in fewer iterations).
+    Returns the weights (one row per label), the intercepts and the solution as a (d + 1) x k array, flat.
+
+    With two labels scikit-learn fits one vector ``v``; the two-column softmax under the same penalty is that
+    model at 2C, with the columns -v/2 and v/2 (docs/guide/runtime.md, "Which skill, or none")."""
     labels = np.flatnonzero(present)
     w_all = np.zeros((present.shape[0], vecs.shape[1]))
     b_all = np.full(present.shape[0], -np.inf)
     if len(labels) < 2:
         b_all[labels] = 0.0
         return w_all, b_all, None
-    n, d = vecs.shape
-    k = len(labels)
-    from scipy.optimize import minimize  # only a fit trains; deciding a request never loads scipy
+    from sklearn.linear_model import LogisticRegression  # only a fit trains; deciding a request never loads it
 
     basis = _span(vecs) if basis is None else basis
-    feats = vecs.astype(np.float64)
-    if basis is not None:
-        feats = feats @ basis
-        d = feats.shape[1]
-    x = np.hstack([feats, np.ones((n, 1))])
-    y = np.zeros((n, k))
-    y[np.arange(n), np.searchsorted(labels, lab)] = 1.0
-    wt = np.ones((n, 1)) if weights is None else np.asarray(weights, np.float64).reshape(n, 1)
-    total_w = float(wt.sum())
-    lam = 1.0 / (c * total_w)  # the objective divided by C * (number of rows counted)
-    pen = np.ones((d + 1, 1))
-    pen[-1] = 0.0
-
-    def objective(flat: np.ndarray) -> tuple[float, np.ndarray]:
-        w = flat.reshape(d + 1, k)
-        z = x @ w
-        top = z.max(axis=1, keepdims=True)
-        e = np.exp(z - top)
-        total = e.sum(axis=1, keepdims=True)
-        loss = float((wt * (np.log(total) + top - (z * y).sum(axis=1, keepdims=True))).sum()) / total_w
-        grad = x.T @ (wt * (e / total - y)) / total_w + lam * pen * w
-        return loss + 0.5 * lam * float((pen * w * w).sum()), grad.ravel()
-
-    x0 = start if start is not None and start.shape == ((d + 1) * k,) else np.zeros((d + 1) * k)
-    res = minimize(
-        objective, x0, jac=True, method="L-BFGS-B",
-        options={"maxiter": LR_ITERS, "gtol": LR_TOLERANCE, "ftol": 0.0},
-    )  # fmt: skip
-    w = res.x.reshape(d + 1, k)
-    coef = w[:-1] if basis is None else basis @ w[:-1]
-    w_all[labels], b_all[labels] = coef.T, w[-1]
-    return w_all, b_all, res.x
+    feats = vecs.astype(np.float64) if basis is None else vecs.astype(np.float64) @ basis
+    d, k = feats.shape[1], len(labels)
+    binary = k == 2
+    model = LogisticRegression(
+        C=2 * c if binary else c, solver="lbfgs", max_iter=LR_ITERS, tol=LR_TOLERANCE, warm_start=start is not None
+    )
+    if start is not None and start.shape == ((d + 1) * k,):  # scikit-learn warm-starts from coef_ / intercept_
+        s = start.reshape(d + 1, k)
+        model.coef_ = (s[:-1, 1] - s[:-1, 0])[None, :] if binary else s[:-1].T.copy()
+        model.intercept_ = np.asarray([s[-1, 1] - s[-1, 0]]) if binary else s[-1].copy()
+    model.fit(feats, np.searchsorted(labels, lab), sample_weight=weights)
+    if binary:
+        v, b0 = model.coef_[0], float(model.intercept_[0])
+        w, b = np.stack([-v / 2, v / 2], axis=1), np.asarray([-b0 / 2, b0 / 2])
+    else:
+        w, b = model.coef_.T, model.intercept_
+    coef = w if basis is None else basis @ w
+    w_all[labels], b_all[labels] = coef.T, b
+    return w_all, b_all, np.vstack([w, b[None, :]]).ravel()
 
 
 def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:

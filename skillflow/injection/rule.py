@@ -2,7 +2,7 @@
 skill whose procedure follows the calls made (docs/guide/runtime.md, "Which skill, or none").
 
 A rule is fitted by :mod:`skillflow.injection.calibration` and stored by :mod:`skillflow.injection.applicability`;
-serving needs numpy only (no scipy: deciding a request never trains).
+serving needs numpy only (no scikit-learn or scipy: deciding a request never trains).
 """
 
 from __future__ import annotations

@@ -103,6 +103,37 @@ def test_identical_rows_merged_with_their_count_fit_the_same_classifier() -> Non
     np.testing.assert_allclose(twice.best(vecs[0]), merged.best(vecs[0]), atol=1e-5)
 
 
+def _objective_gradient(vecs: np.ndarray, y: np.ndarray, w: np.ndarray, b: np.ndarray, c: float) -> np.ndarray:
+    """Gradient of the documented objective 0.5 ||W||^2 + C * sum of log-losses (k-column softmax, intercepts
+    unpenalised), divided by C * n."""
+    z = vecs @ w.T + b
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    onehot = np.eye(w.shape[0])[y]
+    n = vecs.shape[0]
+    gw = (p - onehot).T @ vecs / n + w / (c * n)
+    gb = (p - onehot).sum(axis=0) / n
+    return np.concatenate([gw.ravel(), gb])
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@pytest.mark.parametrize("c", [1.0, 100.0])
+def test_the_classifier_is_the_optimum_of_the_documented_objective(k: int, c: float) -> None:
+    """scikit-learn fits one vector for two labels: mapped back, it must still be the two-column optimum; a warm
+    start from another C reaches the same optimum (fewer rows than dimensions: the span trick is exercised)."""
+    rng = np.random.default_rng(k)
+    vecs = np.stack([around(i % k, rng, 0.6) for i in range(10)]).astype(np.float64)
+    y = np.arange(10) % k
+    present = np.ones(k, bool)
+    w, b, sol = calibration._logistic(vecs, y, present, c)
+    assert np.abs(_objective_gradient(vecs, y, w, b, c)).max() < 1e-4
+    _, _, other = calibration._logistic(vecs, y, present, c * 10)
+    w2, b2, _ = calibration._logistic(vecs, y, present, c, start=other)
+    z, z2 = vecs @ w.T + b, vecs @ w2.T + b2
+    np.testing.assert_allclose(z - z.mean(axis=1, keepdims=True), z2 - z2.mean(axis=1, keepdims=True), atol=1e-3)
+    assert sol is not None and sol.shape == ((np.linalg.matrix_rank(vecs) + 1) * k,)
+
+
 def test_the_skill_whose_procedure_follows_the_calls_most_closely_wins() -> None:
     rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
     q = around(0, np.random.default_rng(5))
