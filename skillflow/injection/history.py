@@ -10,9 +10,13 @@ so every stored run is turned into the call points an agent went through, each i
   it: the user messages since the previous write — the span's own — or, for a write made without a new
   user message, the latest earlier segment's that has some (by ``segment_index``). Each is labelled with
   the write the span closes with — the write that follows within the procedure span — or ``read-only``
-  when the span has none. The agent's reply to a write before the next user message is not a point: its
-  text is the write's own request, only the calls made tell the two apart, and ``prepare`` never
-  re-injects a completed write's intent before a new user message;
+  when the span has none. A run that did not succeed (its outcome — the conversation's business outcome when
+  one was given — is ``failure``) is labelled :data:`UNSUCCESSFUL` instead: its points are negatives, since a
+  request the agent answered with a failed procedure is not one that procedure's skill should be injected
+  for; a run whose outcome is ``unknown`` is left out, as the gates leave it out. The agent's reply to a
+  write before the next user message is not a point: its text is the write's own request, only the calls
+  made tell the two apart, and ``prepare`` never re-injects a completed write's intent before a new user
+  message;
 - a standalone run (``record_run``, no conversation) is one request: its query, the calls before its
   write, its intent.
 
@@ -31,6 +35,8 @@ from skillflow.injection.calibration import Example
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.views import vectors
 
+UNSUCCESSFUL = "unsuccessful"  # the label of a failed run's points: never an intent, so a negative
+
 
 @dataclass(frozen=True)
 class HistoryRun:
@@ -42,6 +48,7 @@ class HistoryRun:
     canonical_hash: str
     conversation_id: str | None = None
     segment_index: int | None = None
+    outcome: str = "success"  # success, failure or unknown (WorkflowOutcome)
 
 
 @dataclass(frozen=True)
@@ -86,9 +93,9 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
     for i, r in enumerate(runs):
         proc = parse_sequence(r.tool_sequence)
         span = judged[i]
-        if not proc or not span:
+        if not proc or not span or r.outcome not in ("success", "failure"):
             continue
-        intent = intent_of(proc, declared)
+        intent = intent_of(proc, declared) if r.outcome == "success" else UNSUCCESSFUL
         if r.conversation_id is None or r.segment_index is None:
             out.append(Point(i, span, proc[:-1], intent))
             continue

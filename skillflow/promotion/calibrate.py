@@ -52,7 +52,13 @@ def history_runs(engine: Engine, agent_id: str, user_id: str, config: PromotionC
     with engine.connect() as conn:
         rows = conn.execute(
             select(
-                wm.c.id, wm.c.query, wm.c.conversation_id, wm.c.segment_index, wm.c.tool_sequence, wm.c.canonical_hash
+                wm.c.id,
+                wm.c.query,
+                wm.c.conversation_id,
+                wm.c.segment_index,
+                wm.c.tool_sequence,
+                wm.c.canonical_hash,
+                wm.c.outcome,
             )
             .where(wm.c.agent_id == agent_id, wm.c.user_id == user_id, wm.c.canonical_hash.is_not(None))
             .order_by(wm.c.created_at.desc(), wm.c.id)
@@ -61,7 +67,7 @@ def history_runs(engine: Engine, agent_id: str, user_id: str, config: PromotionC
     return [
         HistoryRun(
             str(r.id), str(r.query or ""), str(r.tool_sequence or ""), str(r.canonical_hash), r.conversation_id,
-            r.segment_index,
+            r.segment_index, str(r.outcome),
         )
         for r in reversed(rows)
     ]  # fmt: skip
@@ -98,7 +104,8 @@ def fit_key(
         "fingerprint": fp,
         "skills": [[s.skill_id, s.canonical_hash, s.intent, list(s.procedure), list(s.rank)] for s in skills],
         "runs": [
-            [r.run_id, r.query, r.tool_sequence, r.canonical_hash, r.conversation_id, r.segment_index] for r in runs
+            [r.run_id, r.query, r.tool_sequence, r.canonical_hash, r.conversation_id, r.segment_index, r.outcome]
+            for r in runs
         ],
         "declared": sorted((declared or {}).items()),
         "config": [

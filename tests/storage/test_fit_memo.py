@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from skillflow.injection.applicability import RULES
 from skillflow.injection.embeddings import HashingEmbedder
@@ -19,7 +19,7 @@ from skillflow.lifecycle.decisions import demote_skill
 from skillflow.promotion import calibrate as calibrate_module
 from skillflow.promotion.calibrate import FIT_KEY, calibrate
 from skillflow.runtime import Skillflow
-from skillflow.storage.schema import applicability_rules
+from skillflow.storage.schema import applicability_rules, workflow_memory
 from skillflow.storage.skills import insert_skill, transition
 
 EMB = HashingEmbedder()
@@ -91,6 +91,28 @@ def test_a_new_run_refits(engine: Engine) -> None:
     refit = _row(engine)
     assert refit["cycle"] == 2 and refit["fitted_at"] >= fitted["fitted_at"]
     assert refit["rule"][FIT_KEY] != fitted["rule"][FIT_KEY]
+
+
+def test_a_changed_outcome_refits_and_a_failed_run_is_a_negative(engine: Engine) -> None:
+    """A conversation outcome given later (or a re-evaluation) turns a run failed: the fit reads outcomes, so the
+    key changes and the run's points become negatives (docs/guide/runtime.md, "Which skill, or none")."""
+    _tenant(engine)
+    calibrate(engine, A, U, CONFIG, 1, embedder=EMB)
+    fitted = _row(engine)
+    with engine.begin() as conn:
+        newest = conn.execute(
+            select(workflow_memory.c.id)
+            .where(workflow_memory.c.tool_sequence.contains("cancel_reservation"))
+            .order_by(workflow_memory.c.created_at.desc())
+            .limit(1)
+        ).scalar_one()
+        conn.execute(update(workflow_memory).where(workflow_memory.c.id == newest).values(outcome="failure"))
+    runs = calibrate_module.history_runs(engine, A, U, CONFIG)
+    assert {r.outcome for r in runs if r.run_id == newest} == {"failure"}
+    calibrate(engine, A, U, CONFIG, 2, embedder=EMB)
+    refit = _row(engine)
+    assert refit["cycle"] == 2 and refit["rule"][FIT_KEY] != fitted["rule"][FIT_KEY]
+    assert refit["rule"]["inner"]["negatives"] == fitted["rule"]["inner"]["negatives"] + 1
 
 
 def test_a_changed_budget_refits(engine: Engine) -> None:

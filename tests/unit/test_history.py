@@ -7,7 +7,7 @@ import numpy as np
 from skillflow.injection.calibration import Budget, fit
 from skillflow.injection.conversation import LAST
 from skillflow.injection.embeddings import HashingEmbedder
-from skillflow.injection.history import HistoryRun, call_points, examples, requests
+from skillflow.injection.history import UNSUCCESSFUL, HistoryRun, call_points, examples, requests
 from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import VIEWS, vectors
 
@@ -77,6 +77,21 @@ def test_every_model_call_of_a_stored_conversation_is_a_point_labelled_with_the_
         (1, (bags,), ("get_user",), "read-only"),
         (2, ("book a flight to Oslo",), ("search",), "book_reservation"),
     ]
+
+
+def test_a_failed_run_is_a_negative_and_an_unknown_one_is_left_out() -> None:
+    """A request the agent answered with a failed procedure is not one that procedure's skill is for: its points
+    are negatives (a label that is never an intent); an unknown outcome counts neither way, as at the gates."""
+    runs = [
+        HistoryRun("ok", "cancel H1", "get_user > cancel_reservation", "h-ok", "c1", 0, "success"),
+        HistoryRun("bad", "cancel H2", "get_user > cancel_reservation", "h-bad", "c2", 0, "failure"),
+        HistoryRun("unk", "cancel H3", "get_user > cancel_reservation", "h-unk", "c3", 0, "unknown"),
+    ]
+    points = [(runs[p.run].run_id, p.intent) for p in call_points(runs)]
+    assert points == [("ok", "cancel_reservation")] * 2 + [("bad", UNSUCCESSFUL)] * 2
+    skill = LiveSkill("s1", "h-ok", "cancel_reservation", ("get_user", "cancel_reservation"), (1.0, 1))
+    exs = examples(runs, EMB, VIEWS, lambda t: t)
+    assert sum(e.intent not in {skill.intent} for e in exs) == 2  # the fit counts them as call points without a skill
 
 
 def _tenant_history(n: int = 12) -> list[HistoryRun]:

@@ -168,7 +168,7 @@ def history_runs(segs: Sequence[Seg]) -> list[HistoryRun]:
     """The segments as the stored runs a promotion cycle reads (one conversation per ``Seg.conversation``)."""
     return [
         HistoryRun(f"{s.conversation}#{s.index}", "\n".join(s.span), " > ".join(s.procedure), s.klass,
-                   s.conversation, s.index)
+                   s.conversation, s.index, "success" if s.ok else "failure")
         for s in segs
     ]  # fmt: skip
 
