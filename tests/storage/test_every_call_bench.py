@@ -20,6 +20,7 @@ from skillflow.lab.bench.every_call import (
     figures,
     hindsight,
     outer_folds,
+    siblings,
     single_figures,
     tau_corpus,
 )
@@ -108,6 +109,22 @@ def test_the_hindsight_floor_is_chosen_on_the_probes_within_the_misleading_targe
     assert loose["pre_write_hit"] == 1.0 and loose["misleading"] == 1 / 7 and loose["reinjections"] == 1
     strict = hindsight(probes, Budget(wrong=0.0, false=1.0), target=0.0)  # no mislead allowed: no floor low
     assert strict["pre_write_hit"] == 0.0 and strict["misleading"] == 0.0  # enough to reach the write
+
+
+def test_siblings_count_the_tasks_whose_conversations_disagree_and_the_task_oracle() -> None:
+    """Three trials of a cancel task (two cancel, one only looks up), two trials of a book task that agree, one
+    task alone (left out): the oracle guesses each first request from the task's other trials."""
+    cancel = [user("cancel my trip"), *call("a", "get_user_details"), *call("b", CANCEL), say("done")]
+    look = [user("cancel my trip"), *call("a", "get_user_details"), say("not allowed")]
+    book = [user("book paris"), *call("a", "search_direct_flight"), *call("b", BOOK), say("booked")]
+    ds = [dialog("c", "c-0", cancel), dialog("c", "c-1", cancel), dialog("c", "c-2", look),
+          dialog("b", "b-0", book), dialog("b", "b-1", book), dialog("x", "x-0", book)]  # fmt: skip
+    sib = siblings(ds)
+    assert (sib["tasks"], sib["tasks_same_writes"]) == (2, 1)
+    assert (sib["no_write_conversations"], sib["no_write_with_writing_sibling"]) == (1, 1)
+    # c-0 and c-1: the others are one cancel and one look-up, a tie: the oracle abstains; c-2: two cancels
+    assert (sib["oracle_P"], sib["oracle_hit"], sib["oracle_wrong"]) == (4, 0.5, 0.0)  # b-0, b-1 right
+    assert (sib["oracle_N"], sib["oracle_false"]) == (1, 1.0)
 
 
 def corpus(tmp_path: Path) -> Path:

@@ -211,6 +211,16 @@ def _print_every_call(calls: dict[str, Any]) -> None:
                 name, fold, f"{f['hit']:.3f}", f"{f['wrong']:.3f}", f"{f['false']:.3f}", f"{f['P']} / {f['N']}"
             )
     console.print(single)
+    for name, r in calls.items():
+        sib = r.siblings
+        if sib.get("tasks"):
+            console.print(
+                f"{name} siblings (the ceiling): {sib['tasks_same_writes']} of {sib['tasks']} tasks' conversations make"
+                f" the same writes; {sib['no_write_with_writing_sibling']} of {sib['no_write_conversations']} no-write"
+                f" conversations have a sibling that writes; task oracle, single-turn: hit {sib['oracle_hit']:.3f}"
+                f" wrong {sib['oracle_wrong']:.3f} (P {sib['oracle_P']}), false {sib['oracle_false']:.3f}"
+                f" (N {sib['oracle_N']})"
+            )
 
 
 def _seeds(raw: str) -> list[int]:

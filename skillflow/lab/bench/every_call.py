@@ -19,6 +19,11 @@ call"):
   write's skill (and, for comparison, the same share at the calls that make a gold write);
 - *single-turn*: hit / wrong / false of ``prepare(query)`` on the first requests, labelled with the first
   call's span;
+- *siblings* (the ceiling beside these figures): conversations of one task (the same user instructions,
+  τ-bench's trials) that end in different writes. A rule that reads the conversation cannot be right on
+  both sides of such a pair; the task oracle — knowing the task and injecting, at a first request, the
+  write most of the task's other conversations opened with (leave-one-out, a tie abstains) — shows what
+  even perfect recognition of the user's goal gives on the single-turn labels;
 - *hindsight*: the fitted rule's own scores without its floors, with the one floor chosen afterwards on
   these probes that gives the most pre-write hits within the pre-write budgets and misleading ≤ the target:
   the best any floor could do (``prepare``'s other checks not applied).
@@ -30,12 +35,14 @@ import json
 import re
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from skillflow.capture.segments import READ_ONLY
 from skillflow.injection.calibration import Budget, fit, folds_by_group
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder
@@ -91,6 +98,7 @@ class CallResult:
     single_per_fold: list[dict[str, float]]
     fitted: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    siblings: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,6 +159,38 @@ def single_figures(singles: Sequence[Single]) -> dict[str, float]:
         "hit": _share(sum(s.injected is not None and s.injected.intent == s.label for s in pos), len(pos)),
         "wrong": _share(sum(s.injected is not None and s.injected.intent != s.label for s in pos), len(pos)),
         "false": _share(sum(s.injected is not None for s in neg), len(neg)),
+    }  # fmt: skip
+
+
+def siblings(dialogs: Sequence[Dialog]) -> dict[str, float]:
+    """How far one task's conversations agree on the writes they make, and the task oracle's single-turn figures
+    (see the module docstring); tasks with one conversation are left out."""
+    by_task: dict[str, list[Dialog]] = {}
+    for d in dialogs:
+        if d.points:
+            by_task.setdefault(d.task, []).append(d)
+    shared = {t: ds for t, ds in by_task.items() if len(ds) > 1}
+    writes = {d.conversation: frozenset(p.label for p in d.points) - {READ_ONLY} for ds in shared.values() for d in ds}
+    quiet = [d for ds in shared.values() for d in ds if not writes[d.conversation]]
+    pos = hit = wrong = neg = false = 0
+    for ds in shared.values():
+        for d in ds:
+            votes = Counter(o.points[0].label for o in ds if o is not d).most_common()
+            guess = READ_ONLY if len(votes) > 1 and votes[0][1] == votes[1][1] else votes[0][0]
+            label = d.points[0].label
+            if label == READ_ONLY:
+                neg, false = neg + 1, false + (guess != READ_ONLY)
+            else:
+                pos, hit, wrong = pos + 1, hit + (guess == label), wrong + (guess not in (label, READ_ONLY))
+    return {
+        "tasks": len(shared), "tasks_same_writes": sum(len({writes[d.conversation] for d in ds}) == 1
+                                                       for ds in shared.values()),
+        "no_write_conversations": len(quiet),
+        "no_write_with_writing_sibling": sum(
+            any(writes[o.conversation] for o in shared[d.task] if o is not d) for d in quiet
+        ),
+        "oracle_P": pos, "oracle_hit": _share(hit, pos), "oracle_wrong": _share(wrong, pos),
+        "oracle_N": neg, "oracle_false": _share(false, neg),
     }  # fmt: skip
 
 
@@ -284,7 +324,7 @@ def evaluate_calls(
         [figures([p for p in probes if p.fold == k]) for k in range(len(plan))], figures(probes),
         hindsight(probes, budget), single_figures(singles),
         [single_figures([s for s in singles if s.fold == k]) for k in range(len(plan))], fitted,
-        time.perf_counter() - t0,
+        time.perf_counter() - t0, siblings(dialogs),
     )  # fmt: skip
 
 
