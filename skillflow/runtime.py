@@ -359,9 +359,10 @@ class Skillflow:
         from skillflow.promotion.redact import redact_query
 
         assert self.engine is not None and self.config is not None
+        engine = self.engine
         declared = self._declared_tools() if conversation is not None and conversation.calls else None
         return select_skills(
-            self.engine,
+            engine,
             self._embedder(),
             self.agent_id,
             user_id,
@@ -370,6 +371,7 @@ class Skillflow:
             conversation=conversation,
             form=redact_query,
             changes_state=lambda tool: changes_state(tool, declared or None),
+            bound=lambda: deadline(engine, self._timeout),
         )
 
     def prepare(

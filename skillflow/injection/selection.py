@@ -17,7 +17,9 @@ succeeded with no user message after it is not injected (reason ``done``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, select
@@ -104,8 +106,11 @@ def select_skills(
     conversation: Conversation | None = None,
     form: Callable[[str], str] = lambda t: t,
     changes_state: Callable[[str], bool] = lambda t: False,
+    bound: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Selection:
-    """The skills to render for ``query`` after ``conversation`` (see the module docstring)."""
+    """The skills to render for ``query`` after ``conversation`` (see the module docstring). ``bound`` wraps
+    each unit of database work (the runtime passes its deadline: a database that stalls cannot hold the
+    agent, docs/RELIABILITY.md); the request's embedding runs between them, outside the bound."""
     conv = conversation or Conversation()
     messages = conv.request(query, changes_state)
     prefix = conv.prefix(changes_state)
@@ -115,26 +120,29 @@ def select_skills(
 
     if config.max_skills_in_context <= 0 or not messages:
         return Selection([], "off", "no request")
-    with engine.connect() as conn:
+    with bound(), engine.connect() as conn:  # the database work is bounded, the embedding between is not
         tenant = RULES.current(conn, agent_id, user_id, embedder.model_id)
-        if tenant.state == STALE:
-            return Selection([], STALE, "rule fitted for other live skills; refit at the next cycle")
-        if tenant.state == CURRENT and tenant.rule is not None:
-            rule = tenant.rule
-            if not rule.injects or rule.view is None:
-                return Selection([], CURRENT, rule.reason or "inject nothing")
-            if not view_text(messages, LAST, form):
-                return Selection([], CURRENT, "empty request")
-            q = vectors([messages], rule.view, embedder, form, cached=True)[0]
+    if tenant.state == STALE:
+        return Selection([], STALE, "rule fitted for other live skills; refit at the next cycle")
+    if tenant.state == CURRENT and tenant.rule is not None:
+        rule = tenant.rule
+        if not rule.injects or rule.view is None:
+            return Selection([], CURRENT, rule.reason or "inject nothing")
+        if not view_text(messages, LAST, form):
+            return Selection([], CURRENT, "empty request")
+        q = vectors([messages], rule.view, embedder, form, cached=True)[0]
+        with bound(), engine.connect() as conn:
             return _apply(conn, rule, q, prefix, agent_id, user_id, done)
-        if not tenant.live:
-            return Selection([], "uncalibrated", "no live skill")
-        text = view_text(messages, LAST, form)
-        if not text:
-            return Selection([], "uncalibrated", "empty request")
+    if not tenant.live:
+        return Selection([], "uncalibrated", "no live skill")
+    text = view_text(messages, LAST, form)
+    if not text:
+        return Selection([], "uncalibrated", "empty request")
+    vec = embedder.embed([text])[0]
+    with bound(), engine.connect() as conn:
         found = search_skills(
             conn,
-            embedder.embed([text])[0],
+            vec,
             embedder.model_id,
             agent_id,
             user_id,
@@ -142,17 +150,17 @@ def select_skills(
             k=config.max_skills_in_context,
             min_score=config.retrieval_min_similarity,
         )
-        if found and conv.calls:
-            procs = procedures(conn, agent_id, user_id, [s.canonical_hash for s in found])
-            if prefix:
-                cont = [s for s in found if procs[s.canonical_hash][: len(prefix)] == prefix]
-                rest = [s for s in found if s not in cont and set(prefix) <= set(procs[s.canonical_hash])]
-                found = cont + rest
-            open_ = [s for s in found if not done(_intent(procs[s.canonical_hash], changes_state))]
-            if found and not open_:
-                return Selection([], "uncalibrated", DONE)
-            found = open_
-        return Selection(found, "uncalibrated", "fixed threshold")
+        procs = procedures(conn, agent_id, user_id, [s.canonical_hash for s in found]) if found and conv.calls else {}
+    if found and conv.calls:
+        if prefix:
+            cont = [s for s in found if procs[s.canonical_hash][: len(prefix)] == prefix]
+            rest = [s for s in found if s not in cont and set(prefix) <= set(procs[s.canonical_hash])]
+            found = cont + rest
+        open_ = [s for s in found if not done(_intent(procs[s.canonical_hash], changes_state))]
+        if found and not open_:
+            return Selection([], "uncalibrated", DONE)
+        found = open_
+    return Selection(found, "uncalibrated", "fixed threshold")
 
 
 def _intent(procedure: Sequence[str], changes_state: Callable[[str], bool]) -> str:

@@ -156,8 +156,9 @@ class Settings(BaseSettings):
         2.0,
         gt=0,
         le=600,
-        description="Agent runtime: seconds a capture (or the start-up schema check) may wait on the database "
-        "before the run is spooled; also its PostgreSQL statement timeout and SQLite busy timeout",
+        description="Agent runtime: seconds a capture (or the start-up schema check, or a database step of "
+        "prepare's skill read) may wait on the database before the run is spooled (the request goes without "
+        "skills); also its PostgreSQL statement timeout and SQLite busy timeout",
     )
     openai_api_key: SecretStr | None = Field(None, description="OpenAI key (environment only)")
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic key (environment only)")

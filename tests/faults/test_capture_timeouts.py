@@ -9,6 +9,7 @@ stays short; libpq's connection timeout cannot go below 2 s. Elapsed times are a
 
 from __future__ import annotations
 
+import json
 import socket
 import sqlite3
 import struct
@@ -183,3 +184,31 @@ def test_a_locked_sqlite_database_spools_within_the_capture_timeout(tmp_path: Pa
     engine = make_engine(f"sqlite:///{db}")
     assert _row(engine, "locked") == ("refund order 7", 1)
     engine.dispose()
+
+
+@pytest.mark.usefixtures("short_timeouts")
+@pytest.mark.parametrize("mode", ["silent", "after_startup"])
+def test_prepare_against_a_postgres_server_that_never_answers_returns_within_the_bound(mode: str) -> None:
+    """The skill read is bounded like a capture: the agent gets its request, without skills, and the reason."""
+    server = StallingServer(mode)
+    url = f"postgresql://postgres@127.0.0.1:{server.port}/test?sslmode=disable&gssencmode=disable"
+    out: dict[str, object] = {}
+
+    def call() -> None:
+        agent = Skillflow(agent_id="agent", database_url=url, continual_learning=True)
+        started = time.monotonic()
+        out["prepared"] = agent.prepare("refund order 7", "u1")
+        out["elapsed"] = time.monotonic() - started
+
+    worker = threading.Thread(target=call, daemon=True)
+    try:
+        worker.start()
+        worker.join(4 * BOUND)
+    finally:
+        server.close()
+    assert not worker.is_alive(), "prepare still blocked on a stalled database"
+    assert server.accepted >= 1
+    prepared = out["prepared"]
+    assert float(out["elapsed"]) < BOUND, out["elapsed"]  # type: ignore[arg-type]
+    assert prepared.skill_ids == () or list(prepared.skill_ids) == []  # type: ignore[attr-defined]
+    assert "refund order 7" in json.dumps(prepared.request)  # type: ignore[attr-defined]
