@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,21 @@ class Example:
     vectors: Mapping[str, np.ndarray]  # view name -> unit vector
     prefix: tuple[str, ...] = ()  # tools called before it since the last state-changing call, in order
     trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
+    failed: bool = False  # its run failed (see :func:`taught`)
+
+
+UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative: never an intent, so NONE
+
+
+def taught(examples: Sequence[Example], skills: Sequence[LiveSkill]) -> list[Example]:
+    """What each example teaches the fit: its intent (``NONE`` when the intent has no live skill), except a failed
+    run whose procedure is a live skill's own. That procedure was followed there and failed, so its request is
+    one where the skill should not be injected — injecting it would reinforce the mistake: a negative, labelled
+    :data:`UNSUCCESSFUL`. A failed run by another procedure keeps its intent: its request is still one for the
+    intent, done the wrong way, which is what the skill is for (docs/guide/runtime.md, "Which skill, or
+    none")."""
+    own = {(s.intent, s.canonical_hash) for s in skills}
+    return [replace(e, intent=UNSUCCESSFUL) if e.failed and (e.intent, e.klass) in own else e for e in examples]
 
 
 def _config_default(name: str) -> Any:
@@ -351,6 +366,7 @@ def fit(
     is offered on every view."""
     if not skills:
         return nothing("no live skills", skills, lower_bound)
+    examples = taught(examples, skills)
     if not examples:
         return nothing("no history", skills, lower_bound)
     dim = int(next(iter(examples[0].vectors.values())).shape[0])

@@ -10,10 +10,10 @@ so every stored run is turned into the call points an agent went through, each i
   it: the user messages since the previous write — the span's own — or, for a write made without a new
   user message, the latest earlier segment's that has some (by ``segment_index``). Each is labelled with
   the write the span closes with — the write that follows within the procedure span — or ``read-only``
-  when the span has none. A run that did not succeed (its outcome — the conversation's business outcome when
-  one was given — is ``failure``) is labelled :data:`UNSUCCESSFUL` instead: its points are negatives, since a
-  request the agent answered with a failed procedure is not one that procedure's skill should be injected
-  for; a run whose outcome is ``unknown`` is left out, as the gates leave it out. The agent's reply to a
+  when the span has none. A run whose outcome (the conversation's business outcome when one was given) is
+  ``failure`` keeps its label and is marked ``failed``: the fit decides what it teaches
+  (:func:`skillflow.injection.calibration.taught`); a run whose outcome is ``unknown`` is left out, as the
+  gates leave it out. The agent's reply to a
   write before the next user message is not a point: its text is the write's own request, only the calls
   made tell the two apart, and ``prepare`` never re-injects a completed write's intent before a new user
   message;
@@ -34,8 +34,6 @@ from skillflow.injection.applicability import intent_of, parse_sequence
 from skillflow.injection.calibration import Example
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.views import vectors
-
-UNSUCCESSFUL = "unsuccessful"  # the label of a failed run's points: never an intent, so a negative
 
 
 @dataclass(frozen=True)
@@ -60,6 +58,7 @@ class Point:
     prefix: tuple[str, ...]
     intent: str
     trains: bool = True  # the classifier is trained on it (see :func:`call_points`)
+    failed: bool = False  # the run's outcome is failure
 
 
 def _lines(query: str) -> list[str]:
@@ -95,16 +94,17 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
         span = judged[i]
         if not proc or not span or r.outcome not in ("success", "failure"):
             continue
-        intent = intent_of(proc, declared) if r.outcome == "success" else UNSUCCESSFUL
+        intent = intent_of(proc, declared)
+        failed = r.outcome == "failure"
         if r.conversation_id is None or r.segment_index is None:
-            out.append(Point(i, span, proc[:-1], intent))
+            out.append(Point(i, span, proc[:-1], intent, True, failed))
             continue
         points: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(span[:m], ()) for m in range(1, len(span) + 1)]
         points += [(span, proc[:j]) for j in range(len(proc))]
         if not _lines(r.query):  # a write made without a new message: the earlier request, whole
             points = [(span, proc[:j]) for j in range(len(proc))]
         trains = {span[:1], span}
-        out += [Point(i, s, p, intent, s in trains) for s, p in dict.fromkeys(points) if s]
+        out += [Point(i, s, p, intent, s in trains, failed) for s, p in dict.fromkeys(points) if s]
     return out
 
 
@@ -128,6 +128,7 @@ def examples(
             vectors={v: vecs[v][row[p.so_far]] for v in views},
             prefix=p.prefix,
             trains=p.trains,
+            failed=p.failed,
         )
         for p in points
     ]

@@ -93,9 +93,10 @@ def test_a_new_run_refits(engine: Engine) -> None:
     assert refit["rule"][FIT_KEY] != fitted["rule"][FIT_KEY]
 
 
-def test_a_changed_outcome_refits_and_a_failed_run_is_a_negative(engine: Engine) -> None:
+def test_a_changed_outcome_refits_and_a_failed_run_of_the_skill_is_a_negative(engine: Engine) -> None:
     """A conversation outcome given later (or a re-evaluation) turns a run failed: the fit reads outcomes, so the
-    key changes and the run's points become negatives (docs/guide/runtime.md, "Which skill, or none")."""
+    key changes, and the run (the live skill's own procedure) becomes a negative (docs/guide/runtime.md,
+    "Which skill, or none")."""
     _tenant(engine)
     calibrate(engine, A, U, CONFIG, 1, embedder=EMB)
     fitted = _row(engine)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from skillflow.injection.calibration import Budget, fit
+from skillflow.injection.calibration import UNSUCCESSFUL, Budget, fit, taught
 from skillflow.injection.conversation import LAST
 from skillflow.injection.embeddings import HashingEmbedder
-from skillflow.injection.history import UNSUCCESSFUL, HistoryRun, call_points, examples, requests
+from skillflow.injection.history import HistoryRun, call_points, examples, requests
 from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import VIEWS, vectors
 
@@ -79,19 +79,35 @@ def test_every_model_call_of_a_stored_conversation_is_a_point_labelled_with_the_
     ]
 
 
-def test_a_failed_run_is_a_negative_and_an_unknown_one_is_left_out() -> None:
-    """A request the agent answered with a failed procedure is not one that procedure's skill is for: its points
-    are negatives (a label that is never an intent); an unknown outcome counts neither way, as at the gates."""
+def test_a_failed_run_is_marked_and_an_unknown_one_is_left_out() -> None:
     runs = [
         HistoryRun("ok", "cancel H1", "get_user > cancel_reservation", "h-ok", "c1", 0, "success"),
         HistoryRun("bad", "cancel H2", "get_user > cancel_reservation", "h-bad", "c2", 0, "failure"),
         HistoryRun("unk", "cancel H3", "get_user > cancel_reservation", "h-unk", "c3", 0, "unknown"),
     ]
-    points = [(runs[p.run].run_id, p.intent) for p in call_points(runs)]
-    assert points == [("ok", "cancel_reservation")] * 2 + [("bad", UNSUCCESSFUL)] * 2
-    skill = LiveSkill("s1", "h-ok", "cancel_reservation", ("get_user", "cancel_reservation"), (1.0, 1))
-    exs = examples(runs, EMB, VIEWS, lambda t: t)
-    assert sum(e.intent not in {skill.intent} for e in exs) == 2  # the fit counts them as call points without a skill
+    points = [(runs[p.run].run_id, p.intent, p.failed) for p in call_points(runs)]
+    assert points == [("ok", "cancel_reservation", False)] * 2 + [("bad", "cancel_reservation", True)] * 2
+    assert [e.failed for e in examples(runs, EMB, VIEWS, lambda t: t)] == [False, False, True, True]
+
+
+def test_a_failed_run_is_a_negative_only_where_it_followed_a_live_skills_procedure() -> None:
+    """The skill's own procedure followed and failed: its request is a negative. Another procedure of the intent
+    failed: the request is still one for the intent, done the wrong way (what the skill is for). An intent
+    without a live skill: a request no skill answers, as any run of it."""
+    runs = [
+        HistoryRun("ok", "cancel H1", "get_user > cancel_reservation", "h-skill", "c1", 0, "success"),
+        HistoryRun("same", "cancel H2", "get_user > cancel_reservation", "h-skill", "c2", 0, "failure"),
+        HistoryRun("other", "cancel H3", "cancel_reservation", "h-other", "c3", 0, "failure"),
+        HistoryRun("book", "book Oslo", "book_reservation", "h-book", "c4", 0, "failure"),  # no live skill
+    ]
+    skill = LiveSkill("s1", "h-skill", "cancel_reservation", ("get_user", "cancel_reservation"), (1.0, 1))
+    exs = taught(examples(runs, EMB, VIEWS, lambda t: t), [skill])
+    assert [(e.group, e.intent) for e in exs] == [
+        *[("c1", "cancel_reservation")] * 2,
+        *[("c2", UNSUCCESSFUL)] * 2,
+        ("c3", "cancel_reservation"),  # a request for the intent, done the wrong way: what the skill is for
+        ("c4", "book_reservation"),  # a request no skill answers, as any run of that intent: NONE in the fit
+    ]
 
 
 def _tenant_history(n: int = 12) -> list[HistoryRun]:
