@@ -391,8 +391,8 @@ class Skillflow:
         Call it before every model call with the ``conversation`` so far (earlier user messages and the
         tool calls already made, e.g. ``Conversation.from_messages(messages)``): the tenant's fitted rule
         picks at most one skill whose procedure continues those calls, or none (docs/guide/runtime.md,
-        "Which skill, or none"). Workflow memory is never retrieved here. A disabled skillbox or a
-        retrieval failure yields a request without skills. It never raises into the agent: an argument it
+        "Which skill, or none"). Workflow memory is never retrieved here. A disabled skillbox yields a request
+        without skills; so does a retrieval failure, named in ``error``. It never raises into the agent: an argument it
         cannot use (a wrong type, an unknown provider) degrades the turn to a request without skills, the
         reason in ``error``; the request is always strict JSON (docs/guide/runtime.md, "When prepare degrades").
         """
@@ -409,11 +409,13 @@ class Skillflow:
         )
         problems = args.problems
         skills: list[ScoredSkill] = []
+        unread: list[str] = []  # the skills could not be read: the turn degrades, the reason names the error class
         if self.options.skillbox and not problems:
             try:
                 skills = self.select_skills(args.query[:MAX_RETRIEVAL_CHARS], args.user_id, args.conversation).skills
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
                 log.warning("skill retrieval failed (%s); preparing without skills", type(exc).__name__)
+                unread.append(f"skills could not be read ({type(exc).__name__})")
         try:
             assembled = assemble(
                 args.query,
@@ -437,7 +439,7 @@ class Skillflow:
             assembled.dropped_workflows,
         )
         return Prepared(
-            request, list(assembled.skills), assembled.skill_ids, assembled, error="; ".join(problems) or None
+            request, list(assembled.skills), assembled.skill_ids, assembled, error="; ".join(problems + unread) or None
         )
 
     def retrieve_workflows_by_query(
