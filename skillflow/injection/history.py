@@ -13,10 +13,9 @@ so every stored run is turned into the call points an agent went through, each i
   when the span has none. A run whose outcome (the conversation's business outcome when one was given) is
   ``failure`` keeps its label and is marked ``failed``: the fit decides what it teaches
   (:func:`skillflow.injection.calibration.taught`); a run whose outcome is ``unknown`` is left out, as the
-  gates leave it out. The agent's reply to a
-  write before the next user message is not a point: its text is the write's own request, only the calls
-  made tell the two apart, and ``prepare`` never re-injects a completed write's intent before a new user
-  message;
+  gates leave it out. The agent's reply to a write before the next user message is not a point: its text
+  is the write's own request, only the calls made tell the two apart, and ``prepare`` never re-injects a
+  completed write's intent before a new user message;
 - a standalone run (``record_run``, no conversation) is one request: its query, the calls before its
   write, its intent.
 
