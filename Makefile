@@ -42,7 +42,7 @@ test: install-dev
 
 # Unit, storage and CLI tests without real flow runs or slow fault tests (CI runs the full `make test`).
 test-fast: install-dev
-	$(BLAS1) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(PY) -m pytest -n auto --dist loadgroup -m "not prefect and not slow"
+	$(BLAS1) HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-dev} $(PY) -m pytest -n auto --dist loadgroup -m "not prefect and not slow and not postgres"
 
 lint: install-dev
 	$(VENV)/bin/ruff check skillflow flows tasks tests
