@@ -69,6 +69,32 @@ def server_database(dsn: str, prefix: str = "prefect_fleet") -> Iterator[str]:
         admin.dispose()
 
 
+def unschedule() -> int:
+    """Drop every deployment's cron schedules and the runs already scheduled from them (the Prefect API of the
+    current settings); how many schedules were dropped.
+
+    ``skillflow deploy`` registers the crons of config/skillflow.toml (the cycle every 15 minutes, drift every
+    10, shadow every 5). In a measurement or a test every run must be started by the caller: a scheduled cycle
+    whose minute fell inside one took the cycle's concurrency slot, so the caller's own cycle was cancelled
+    (``CANCEL_NEW``), and a scheduled drift run stored a second report per tenant.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+    from prefect.client.schemas.objects import StateType
+
+    dropped = 0
+    with get_client(sync_client=True) as client:
+        for dep in client.read_deployments():
+            for schedule in client.read_deployment_schedules(dep.id):
+                client.delete_deployment_schedule(dep.id, schedule.id)
+                dropped += 1
+        scheduled = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
+        for run in client.read_flow_runs(flow_run_filter=scheduled):
+            if run.auto_scheduled:
+                client.delete_flow_run(run.id)
+    return dropped
+
+
 @dataclass
 class LocalFleet:
     """``with LocalFleet(home, env) as fleet: fleet.deploy(...); fleet.start_workers("compute", 2)``."""

@@ -28,7 +28,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 from skillflow.kernel.models import utcnow
-from skillflow.lab.fleet import LocalFleet, server_database
+from skillflow.lab.fleet import LocalFleet, server_database, unschedule
 from skillflow.promotion import cycle
 from skillflow.promotion.distill import OfflineDistiller
 from skillflow.storage.engine import make_engine
@@ -166,7 +166,7 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
             deployed = json.loads(out[out.index("{") :])
             assert "promotion-partitions/promotion-partitions" in deployed["deployments"]
             with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
-                unschedule()
+                assert unschedule() >= 3  # the crons deploy registered (config/skillflow.toml)
             fleet.start_workers("ctl", 1, limit=None)
             fleet.start_workers("compute", 2, limit=1)
             with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
@@ -218,27 +218,6 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
         llm.shutdown()
         llm.server_close()
     assert time.monotonic() - started < 330
-
-
-def unschedule() -> None:
-    """Drop the deployments' cron schedules (config/skillflow.toml) and the runs already scheduled from them.
-
-    ``skillflow deploy`` registers them (drift every 10 minutes, shadow every 5, the cycle every 15): a
-    scheduled drift run whose minute fell inside the test stored a second report per tenant (38 drift rows for
-    19 tenants), a scheduled cycle would collide with the test's own. Every run here is started by the test.
-    """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
-    from prefect.client.schemas.objects import StateType
-
-    with get_client(sync_client=True) as client:
-        for dep in client.read_deployments():
-            for schedule in client.read_deployment_schedules(dep.id):
-                client.delete_deployment_schedule(dep.id, schedule.id)
-        scheduled = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])))
-        for run in client.read_flow_runs(flow_run_filter=scheduled):
-            if run.auto_scheduled:
-                client.delete_flow_run(run.id)
 
 
 def wait_requalify(timeout: float) -> Any:

@@ -38,6 +38,7 @@ def test_bench_scale_fleet_measures_one_round_on_one_and_two_workers(tmp_path: P
     assert "not_measured" not in fleet, fleet
     assert result["match"] and fleet["partitions"] == 4 and fleet["chunks"] == 2
     assert fleet["server_database"] == "postgresql"  # the production topology, not the server's SQLite file
+    assert fleet["setup"]["unscheduled"] >= 3  # no scheduled cycle can take the measured cycle's slot
     assert len(fleet["one_worker_runs"]) == 1 and len(fleet["two_workers_runs"]) == 1
     assert fleet["one_worker_s"] > 0 and fleet["two_workers_s"] > 0
     assert fleet["speedup"] == round(fleet["one_worker_s"] / fleet["two_workers_s"], 2)

@@ -3,9 +3,10 @@
 ``measure_fleet(url)`` starts a local fleet (``skillflow.lab.fleet.LocalFleet``: ``prefect server``,
 ``skillflow deploy``, one control worker, two compute workers with ``--limit 1``) — on PostgreSQL the server
 gets a throwaway database of its own on the same PostgreSQL server, as production runs it (on SQLite it locks
-under the fleet's concurrent writes and every client stalls ~2 s per retry) —, pauses the schedules of the
-other deployments (a scheduled drift check or shadow drain would otherwise land in some measurements and not in
-others), runs one warm-up cycle for a single tenant, then ``rounds`` times: the whole cycle with two compute
+under the fleet's concurrent writes and every client stalls ~2 s per retry) —, drops every deployment's cron
+schedule (:func:`skillflow.lab.fleet.unschedule`: a scheduled cycle took the measured cycle's concurrency slot
+and cancelled it; a scheduled drift check or shadow drain would land in some measurements and not in others),
+runs one warm-up cycle for a single tenant, then ``rounds`` times: the whole cycle with two compute
 workers, one worker stopped, the cycle again, the worker started again. Every measured cycle is a dry run with the
 same ``chunks``, so all do the same work on the same rows (aggregation, gates, evidence, distillation, validation;
 nothing is stored, so a later run is not cheaper than an earlier one). The speed-up is the ratio of the medians.
@@ -26,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from skillflow.lab.fleet import LocalFleet, server_database
+from skillflow.lab.fleet import LocalFleet, server_database, unschedule
 
 OFFLINE_ENV = {"SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline", "SKILLFLOW_EMBEDDER": "hashing"}
 OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
@@ -66,20 +67,6 @@ def _cycle(url: str, chunks: int, timeout: float, **scope: str) -> float:
     if not run.state.is_completed():
         raise RuntimeError(f"promotion-cycle ended {run.state.type.value}: {run.state.message}")
     return elapsed
-
-
-def _pause_other_schedules(keep: tuple[str, ...] = ("promotion-cycle", "promotion-partitions")) -> int:
-    """Pause every deployment but the measured ones; how many were paused."""
-    from prefect.client.orchestration import get_client
-
-    paused = 0
-    with get_client(sync_client=True) as client:
-        flows = {f.id: f.name for f in client.read_flows()}
-        for dep in client.read_deployments():
-            if flows.get(dep.flow_id) not in keep:
-                client.pause_deployment(dep.id)
-                paused += 1
-    return paused
 
 
 def _partitions(url: str) -> list[tuple[str, str]]:
@@ -129,7 +116,7 @@ def measure_fleet(
             fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", database_url, "--json")
             settings = {PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}
             with temporary_settings(settings):
-                fleet.timings["paused_deployments"] = _pause_other_schedules()
+                fleet.timings["unscheduled"] = unschedule()
                 fleet.start_workers("ctl", 1, limit=None)
                 fleet.start_workers("compute", 2, limit=1)
                 agent, user = parts[0]
