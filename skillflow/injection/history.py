@@ -33,6 +33,7 @@ from skillflow.injection.applicability import intent_of, parse_sequence
 from skillflow.injection.calibration import Example
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.views import vectors
+from skillflow.kernel.models import WorkflowOutcome
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class HistoryRun:
     canonical_hash: str
     conversation_id: str | None = None
     segment_index: int | None = None
-    outcome: str = "success"  # success, failure or unknown (WorkflowOutcome)
+    outcome: str = WorkflowOutcome.SUCCESS.value  # a WorkflowOutcome value
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,10 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
     for i, r in enumerate(runs):
         proc = parse_sequence(r.tool_sequence)
         span = judged[i]
-        if not proc or not span or r.outcome not in ("success", "failure"):
+        if not proc or not span or r.outcome == WorkflowOutcome.UNKNOWN.value:
             continue
         intent = intent_of(proc, declared)
-        failed = r.outcome == "failure"
+        failed = r.outcome == WorkflowOutcome.FAILURE.value
         if r.conversation_id is None or r.segment_index is None:
             out.append(Point(i, span, proc[:-1], intent, True, failed))
             continue
