@@ -475,26 +475,38 @@ class Skillflow:
         return [{**rows[i], "score": round(float(scores[i]), 6)} for i in order]
 
     # -- toolbox -----------------------------------------------------------------------------------
-    def register_tools(self, names: Iterable[str], state_changing: Mapping[str, bool] | None = None) -> None:
+    def register_tools(
+        self,
+        names: Iterable[str],
+        state_changing: Mapping[str, bool] | None = None,
+        hands_off: Iterable[str] = (),
+    ) -> None:
         """Replace this agent's registered tool list (what declared skill tools must resolve against).
 
         ``state_changing`` declares, per tool, whether it changes state (what segments a conversation,
-        docs/guide/runtime.md); a tool left out follows the tool-name verb rule. Naming a tool that is not
-        registered is a ``ValueError``.
+        docs/guide/runtime.md); a tool left out follows the tool-name verb rule. ``hands_off`` names the tools
+        that hand the conversation off (to a human, another agent): such a tool changes state, and a procedure
+        that calls one is not promoted (the ``handoff`` gate, docs/guide/promotion.md). Naming a tool that is
+        not registered, or declaring a hand-off read-only, is a ``ValueError``.
         """
         assert self.engine is not None
         now = utcnow()
         tools = sorted(set(names))
         declared = dict(state_changing or {})
-        unknown = sorted(set(declared) - set(tools))
+        handoffs = set(hands_off)
+        unknown = sorted((set(declared) | handoffs) - set(tools))
         if unknown:
-            raise ValueError(f"state_changing names {len(unknown)} tool(s) that are not registered")
+            raise ValueError(f"state_changing or hands_off names {len(unknown)} tool(s) that are not registered")
+        if any(not declared.get(n, True) for n in handoffs):
+            raise ValueError("a hand-off tool changes state: it cannot be declared read-only")
+        declared.update({n: True for n in handoffs})
         rows = [
             {
                 "agent_id": self.agent_id,
                 "tool_name": n,
                 "registered_at": now,
                 "changes_state": None if n not in declared else int(bool(declared[n])),
+                "hands_off": int(n in handoffs),
             }
             for n in tools
         ]

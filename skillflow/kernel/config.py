@@ -108,6 +108,11 @@ class PromotionConfig(BaseModel):
         description="Gate: also promote a class without a state-changing call when the agent has declared a "
         "state-changing tool (an agent that declared none always keeps them eligible)",
     )
+    promote_handoff_classes: bool = Field(
+        False,
+        description="Gate: also promote a class that calls a tool the agent declared a hand-off (a transfer to a "
+        "human or another agent: a skill of it teaches the agent to give the conversation away)",
+    )
 
     @model_validator(mode="after")
     def _developer_requires_shadow(self) -> PromotionConfig:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -15,10 +15,12 @@ UNKNOWN_CLASS = "unknown trajectory class"
 INSUFFICIENT = "distillation returned INSUFFICIENT"
 TRIVIAL = "trivial: a single read-only call"
 READ_ONLY_CLASS = "read-only: no state-changing call"
+HANDOFF_CLASS = "hand-off: calls a declared hand-off tool"
 GATE_NAMES = (
     "not_covered",
     "not_trivial",
     "read_only",
+    "handoff",
     "executions",
     "success_rate",
     "unknown_share",
@@ -71,6 +73,11 @@ def is_read_only(stats: ClassStats, declared: Mapping[str, bool] | None = None) 
     return not any(changes_state(t, declared) for t in tools)
 
 
+def calls_handoff(stats: ClassStats, handoffs: Collection[str]) -> bool:
+    """A class one of whose calls is a tool the agent declared a hand-off."""
+    return any(t.strip().removesuffix("!") in handoffs for t in (stats.tool_sequence or "").split(" > "))
+
+
 def read_only_gated(declared: Mapping[str, bool] | None) -> bool:
     """Whether the read-only gate applies: the agent declared at least one tool state-changing."""
     return declared is not None and any(declared.values())
@@ -82,13 +89,16 @@ def evaluate_gates(
     now: datetime,
     live_skill: bool,
     declared: Mapping[str, bool] | None = None,
+    handoffs: Collection[str] = (),
 ) -> GateResult:
     """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason.
 
     ``declared`` is the agent's declared state-changing flags (``storage.skills.declared_state_changes``);
     without it the trivial gate uses the tool-name verb rule. The read-only gate (a class without a
     state-changing call) applies only when ``declared`` flags at least one tool state-changing: an agent that
-    declared none (or declared every tool read-only) keeps read-only classes eligible.
+    declared none (or declared every tool read-only) keeps read-only classes eligible. ``handoffs`` are the
+    tools the agent declared hand-offs (``storage.skills.declared_handoffs``): a class calling one is held back
+    unless ``promote_handoff_classes``.
     """
     days = whole_days_since(stats.last_seen, now)
     ordered: list[tuple[str, bool, str]] = [
@@ -98,6 +108,11 @@ def evaluate_gates(
             "read_only",
             config.promote_read_only_classes or not read_only_gated(declared) or not is_read_only(stats, declared),
             READ_ONLY_CLASS,
+        ),
+        (
+            "handoff",
+            config.promote_handoff_classes or not calls_handoff(stats, handoffs),
+            HANDOFF_CLASS,
         ),
         (
             "executions",

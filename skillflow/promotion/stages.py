@@ -30,7 +30,13 @@ from skillflow.storage.aggregate import (
 from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
 from skillflow.storage.counters import Counters
 from skillflow.storage.schema import class_state, skill_activations, skillbox
-from skillflow.storage.skills import declared_state_changes, last_retired, next_version, tenant_filter
+from skillflow.storage.skills import (
+    declared_handoffs,
+    declared_state_changes,
+    last_retired,
+    next_version,
+    tenant_filter,
+)
 
 log = logging.getLogger("skillflow.promotion.stages")
 
@@ -128,6 +134,7 @@ def assess_classes(
         stats = partition_stats(engine, agent_id, user_id, canonical_hash, write=write_stats)
     with engine.connect() as conn:
         declared = declared_state_changes(conn, agent_id)
+        handoffs = declared_handoffs(conn, agent_id)
         waits: dict[str, int] = {}
         fresh: dict[str, int] = {}
         if respect_backoff:
@@ -140,7 +147,7 @@ def assess_classes(
             waits = {r[0]: int(r[1]) for r in rows}
     out = []
     for s in stats:
-        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live, declared=declared)
+        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live, declared=declared, handoffs=handoffs)
         backoff = None
         if gate.eligible and s.canonical_hash in waits:
             backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"

@@ -230,6 +230,13 @@ def _m012(conn: Connection) -> None:
         conn.execute(CreateIndex(_index(12, table, name)))
 
 
+def _m013(conn: Connection) -> None:
+    """``agent_tools.hands_off``: the tools an agent declared as hand-offs (a transfer to a human or another agent),
+    whose procedures the ``handoff`` gate holds back (docs/guide/promotion.md, "Gates"). Existing rows keep NULL
+    (no hand-off declared) until the agent registers its tools again."""
+    _add_column(conn, 13, "agent_tools", "hands_off")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
@@ -241,6 +248,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "010_add_class_stats", _m010),
     Migration(11, "011_add_partition_runs_folded", _m011),
     Migration(12, "012_add_live_name_key", _m012),
+    Migration(13, "013_add_agent_tools_hands_off", _m013),
 )
 
 

@@ -11,8 +11,9 @@ docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memo
 ``workflow_memory.stats_pending`` and the maintained class statistics ``class_stats``, ``class_fingerprints``,
 ``class_stats_state`` (docs/guide/aggregate.md), 011 adds ``partition_state.runs_folded`` (each partition's
 folded runs, kept by the fold: the cycle's listing and cadence read it, docs/guide/aggregate.md), 012 adds
-``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), so fresh
-installs and upgrades follow one path.
+``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), 013 adds
+``agent_tools.hands_off`` (a declared hand-off tool, docs/guide/promotion.md "Gates"), so fresh installs and
+upgrades follow one path.
 It is the one definition: ``storage.migrations`` compiles each migration's DDL from it, and ``sql/oracle/*.sql``
 mirror it for DBAs (``tests/storage/test_oracle_sql.py`` keeps them in step, both ways, at every level).
 """
@@ -36,7 +37,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 12
+LATEST = 13
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -339,6 +340,9 @@ def build_metadata(level: int = LATEST) -> MetaData:
     if level >= 8:  # declared at registration: 1 changes state, 0 read-only, NULL = the tool-name verb rule
         tools.append(Column("changes_state", SmallInteger))
         tools.append(CheckConstraint("changes_state IN (0, 1)", name="changes_state"))
+    if level >= 13:  # declared at registration: 1 hands the conversation off (to a human, another agent), else 0
+        tools.append(Column("hands_off", SmallInteger))
+        tools.append(CheckConstraint("hands_off IN (0, 1)", name="hands_off"))
     Table("agent_tools", md, *tools)
     return md
 

@@ -401,3 +401,9 @@ def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:
         agent_tools.c.agent_id == agent_id, agent_tools.c.changes_state.is_not(None)
     )
     return {str(name): bool(flag) for name, flag in conn.execute(q)}
+
+
+def declared_handoffs(conn: Connection, agent_id: str) -> frozenset[str]:
+    """The agent's tools registered as hand-offs (``Skillflow.register_tools(hands_off=...)``)."""
+    q = select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id, agent_tools.c.hands_off == 1)
+    return frozenset(str(name) for (name,) in conn.execute(q))

@@ -235,3 +235,24 @@ def test_ingest_declares_the_writes_so_read_only_classes_are_held_back(engine: E
     read_only = {sequences[g.canonical_hash] for g in report.gates if g.reason == READ_ONLY_CLASS}
     assert "get_user_details > get_reservation_details" in read_only
     assert all(" > " in s and not any(changes_state(t.rstrip("!")) for t in s.split(" > ")) for s in read_only)
+
+
+def test_ingest_declares_the_handoff_so_its_classes_are_held_back(engine: Engine, tau_subset: Path) -> None:
+    from skillflow.kernel.config import PromotionConfig, Settings
+    from skillflow.promotion.cycle import run_partition
+    from skillflow.promotion.gates import HANDOFF_CLASS
+
+    report = ingest_tau_bench(tau_subset, _sf(engine), end=END)
+    assert report.hands_off == ["transfer_to_human_agents"] == report.as_dict()["hands_off"]
+    with engine.connect() as conn:
+        flags = dict(conn.execute(select(agent_tools.c.tool_name, agent_tools.c.hands_off)).all())
+        sequences = dict(conn.execute(select(workflow_memory.c.canonical_hash, workflow_memory.c.tool_sequence)).all())
+    assert {tool for tool, flag in flags.items() if flag} == {"transfer_to_human_agents"}
+    config = PromotionConfig(min_executions=1, min_distinct_queries=1, promotion_every_n_runs=0)
+    cycle = run_partition(
+        engine, "tau-bench-airline", "shared", config, dry_run=True, settings=Settings(embedder="hashing")
+    )
+    held = {sequences[g.canonical_hash] for g in cycle.gates if g.reason == HANDOFF_CLASS}
+    assert held and all("transfer_to_human_agents" in s for s in held)
+    others = {sequences[g.canonical_hash] for g in cycle.gates if g.reason != HANDOFF_CLASS}
+    assert not any("transfer_to_human_agents" in s for s in others)

@@ -64,7 +64,7 @@ def test_012_over_duplicate_live_names_keys_the_oldest_and_warns(db_url: str, ca
     engine = _at_level_11(db_url)
     try:
         with caplog.at_level(logging.WARNING, logger="skillflow.storage.migrations"):
-            assert migrate(engine) == ["012_add_live_name_key"]
+            assert migrate(engine)[0] == "012_add_live_name_key"
         assert "2 live skill(s) share their name" in caplog.text
         # The database's sha256 (PostgreSQL) or the connection's (SQLite) equals the application's key.
         assert _keys(engine) == {

@@ -42,6 +42,7 @@ def test_exactly_at_every_threshold_is_eligible() -> None:
         "not_covered": True,
         "not_trivial": True,
         "read_only": True,
+        "handoff": True,
         "executions": True,
         "success_rate": True,
         "unknown_share": True,
@@ -73,6 +74,7 @@ def test_first_failure_wins_but_every_check_is_computed() -> None:
         "not_covered": True,
         "not_trivial": True,
         "read_only": True,
+        "handoff": True,
         "executions": False,
         "success_rate": False,
         "unknown_share": True,
@@ -149,3 +151,25 @@ def test_read_only_gate_applies_only_after_a_declared_write() -> None:
     assert evaluate_gates(reads, CFG, NOW, False, {"get_reservation_details": True}).eligible
     allowed = PromotionConfig(promote_read_only_classes=True)
     assert evaluate_gates(reads, allowed, NOW, False, declared).eligible
+
+
+def test_handoff_gate_holds_back_a_class_calling_a_declared_handoff_tool() -> None:
+    from dataclasses import replace
+
+    from skillflow.promotion.gates import HANDOFF_CLASS
+
+    handoff = replace(stats(), tool_sequence="get_user_details > transfer_to_human_agents")
+    write = replace(stats(), tool_sequence="get_user_details > cancel_reservation")
+    hands = frozenset({"transfer_to_human_agents"})
+    declared = {"transfer_to_human_agents": True, "cancel_reservation": True}
+    result = evaluate_gates(handoff, CFG, NOW, False, declared, hands)
+    assert (result.eligible, result.reasons, result.checks["handoff"]) == (False, [HANDOFF_CLASS], False)
+    assert evaluate_gates(write, CFG, NOW, False, declared, hands).eligible
+    # A failed hand-off call ("!") is the same tool; nothing declared a hand-off: eligible (a transfer is a write).
+    assert evaluate_gates(replace(handoff, tool_sequence=handoff.tool_sequence + "!"), CFG, NOW, False, declared,
+                          hands).reasons == [HANDOFF_CLASS]  # fmt: skip
+    assert evaluate_gates(handoff, CFG, NOW, False, declared).eligible
+    assert evaluate_gates(handoff, PromotionConfig(promote_handoff_classes=True), NOW, False, declared, hands).eligible
+    # A gate earlier in the order is reported first.
+    lookup = replace(stats(), tool_sequence="get_user_details")
+    assert evaluate_gates(lookup, CFG, NOW, False, declared, hands).reasons != [HANDOFF_CLASS]

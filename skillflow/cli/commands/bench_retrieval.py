@@ -165,6 +165,7 @@ def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], Non
     from skillflow.kernel.config import load_promotion_config
     from skillflow.lab.bench.every_call import api_bank_corpus, evaluate_calls, tau_corpus
     from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+    from skillflow.lab.ingest.tau_bench import HANDOFF_TOOLS
 
     emb = CachedEmbedder(get_embedder(embedder_name))
     config = load_promotion_config()
@@ -173,7 +174,7 @@ def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], Non
         for outcome in ("execution", "reward"):
             segs, dialogs = tau_corpus(Path(tau), outcome)
             out[f"tau-bench/{outcome}"] = evaluate_calls(
-                segs, dialogs, emb, config, seed=seed, outcome=outcome, progress=say
+                segs, dialogs, emb, config, seed=seed, outcome=outcome, progress=say, handoffs=HANDOFF_TOOLS
             )
     if api and Path(api).is_dir():
         segs, dialogs = api_bank_corpus(Path(api))
@@ -284,6 +285,7 @@ def _applicability(
     from skillflow.kernel.config import load_promotion_config
     from skillflow.lab.bench.applicability_bench import run_tau_bench, tau_segments, time_prepare
     from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+    from skillflow.lab.ingest.tau_bench import HANDOFF_TOOLS
 
     if not path:
         return None, None
@@ -297,7 +299,8 @@ def _applicability(
     probes, filler = prepare
     if probes <= 0:
         return result, None
-    return result, time_prepare(tau_segments(Path(path)), get_embedder(embedder_name), config, probes, filler)
+    segs = tau_segments(Path(path))
+    return result, time_prepare(segs, get_embedder(embedder_name), config, probes, filler, HANDOFF_TOOLS)
 
 
 def _print_cv(cv: dict[str, list[Any]]) -> None:

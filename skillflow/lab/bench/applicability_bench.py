@@ -25,14 +25,14 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from skillflow.capture.segments import READ_ONLY, Segment, segment_conversation
+from skillflow.capture.segments import Segment, segment_conversation
 from skillflow.injection.calibration import Budget, fit, folds_by_group
 from skillflow.injection.conversation import LAST, view_text
 from skillflow.injection.embeddings import Embedder
@@ -43,7 +43,11 @@ from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import ClassStats, utcnow
+from skillflow.kernel.state import changes_state
 from skillflow.lab.bench.retrieval_bench import CachedEmbedder
+from skillflow.lab.ingest.tau_bench import HANDOFF_TOOLS
+from skillflow.promotion.gates import evaluate_gates
 from skillflow.promotion.redact import redact_query
 
 TAU_BENCH = Path("/work/shared/corpora/tau-bench/gpt-4o-airline.json")
@@ -103,22 +107,26 @@ def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
     return out
 
 
-def gated_skills(train: Sequence[Seg], config: PromotionConfig) -> list[LiveSkill]:
-    """Classes that would pass the gates, as live skills (read-only classes are not promoted)."""
+def gated_skills(train: Sequence[Seg], config: PromotionConfig, handoffs: Collection[str] = ()) -> list[LiveSkill]:
+    """The classes that pass the promotion cycle's gates (:func:`~skillflow.promotion.gates.evaluate_gates` over
+    the segments' statistics, every tool's write flag declared by the verb rule the segments were cut with,
+    ``handoffs`` the declared hand-off tools), as live skills."""
+    now = utcnow()
     by: dict[str, list[Seg]] = {}
     for s in train:
-        if s.intent != READ_ONLY:
-            by.setdefault(s.klass, []).append(s)
+        by.setdefault(s.klass, []).append(s)
+    declared = {t: changes_state(t) for s in train for t in s.procedure}
     out = []
     for k, ss in sorted(by.items()):
-        rate = sum(s.ok for s in ss) / len(ss)
-        distinct = len({s.query_key for s in ss})
-        if (
-            len(ss) >= config.min_executions
-            and rate >= config.min_success_rate
-            and distinct >= config.min_distinct_queries
-        ):
-            out.append(LiveSkill(k, k, ss[0].intent, ss[0].procedure, (rate, float(len(ss)))))
+        ok = sum(s.ok for s in ss)
+        stats = ClassStats(
+            agent_id="bench", user_id="bench", canonical_hash=k, executions=len(ss), successes=ok,
+            failures=len(ss) - ok, unknown=0, success_rate=ok / len(ss),
+            distinct_queries=len({s.query_key for s in ss}), first_seen=now, last_seen=now,
+            tool_sequence=" > ".join(ss[0].procedure),
+        )  # fmt: skip
+        if evaluate_gates(stats, config, now, live_skill=False, declared=declared, handoffs=handoffs).eligible:
+            out.append(LiveSkill(k, k, ss[0].intent, ss[0].procedure, (ok / len(ss), float(len(ss)))))
     return out
 
 
@@ -176,12 +184,14 @@ def history_runs(segs: Sequence[Seg]) -> list[HistoryRun]:
 Split = tuple[list[int], list[int], list[LiveSkill]]  # (history indices, probe indices, live skills)
 
 
-def task_folds(segs: Sequence[Seg], config: PromotionConfig, folds: int, seed: int) -> Iterable[Split]:
+def task_folds(
+    segs: Sequence[Seg], config: PromotionConfig, folds: int, seed: int, handoffs: Collection[str] = ()
+) -> Iterable[Split]:
     """Outer CV grouped by ``Seg.task`` (a task, or a template family); live skills = the gated train classes."""
     for test in folds_by_group([s.task for s in segs], folds, seed):
         held = set(test)
         train = [i for i in range(len(segs)) if i not in held]
-        yield train, test, gated_skills([segs[i] for i in train], config)
+        yield train, test, gated_skills([segs[i] for i in train], config, handoffs)
 
 
 def evaluate(
@@ -196,6 +206,7 @@ def evaluate(
     splits: Iterable[Split] | None = None,
     corpus: str = "tau-bench airline (gpt-4o)",
     declared: Mapping[str, bool] | None = None,
+    handoffs: Collection[str] = (),
 ) -> AppResult:
     """Outer CV grouped by task (or the given ``splits``); see the module docstring.
 
@@ -215,7 +226,7 @@ def evaluate(
     budget = Budget(
         config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
     )
-    plan = list(splits) if splits is not None else list(task_folds(segs, config, folds, seed))
+    plan = list(splits) if splits is not None else list(task_folds(segs, config, folds, seed, handoffs))
     for k, (train, test, skills) in enumerate(plan):
         examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query, declared)
         rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
@@ -314,7 +325,7 @@ def run_tau_bench(
         return None
     segs = tau_segments(path)
     progress(f"τ-bench: {len(segs)} segments, intents {dict(Counter(s.intent for s in segs).most_common())}")
-    return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed)
+    return evaluate(segs, embedder, config, threshold=threshold, progress=progress, seed=seed, handoffs=HANDOFF_TOOLS)
 
 
 def activate(conn: Any, skills: Sequence[LiveSkill], agent: str, user: str) -> list[LiveSkill]:
@@ -334,7 +345,12 @@ def activate(conn: Any, skills: Sequence[LiveSkill], agent: str, user: str) -> l
 
 
 def time_prepare(
-    segs: Sequence[Seg], embedder: Embedder, config: PromotionConfig, n: int = 60, filler: int = 0
+    segs: Sequence[Seg],
+    embedder: Embedder,
+    config: PromotionConfig,
+    n: int = 60,
+    filler: int = 0,
+    handoffs: Collection[str] = (),
 ) -> dict[str, float]:
     """Milliseconds of ``Skillflow.prepare`` as a whole (query embedding included) with a stored fitted rule.
 
@@ -367,7 +383,7 @@ def time_prepare(
     with tempfile.TemporaryDirectory() as tmp:
         engine = make_engine(f"sqlite:///{Path(tmp) / 'prepare.db'}")
         migrate(engine)
-        gated = gated_skills(segs, config)
+        gated = gated_skills(segs, config, handoffs)
         with engine.begin() as conn:
             skills = activate(conn, gated, agent, user)
         rng = random.Random(0)

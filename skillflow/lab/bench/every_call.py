@@ -36,7 +36,7 @@ import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -278,10 +278,11 @@ def evaluate_calls(
     outcome: str = "execution",
     progress: Callable[[str], None] = lambda _: None,
     every_call: bool = True,
+    handoffs: Collection[str] = (),
 ) -> CallResult:
     """Outer CV grouped by ``Dialog.task``; ``segs`` are the same conversations' procedures (``Seg.conversation``
     = ``Dialog.conversation``), their ``ok`` the outcome the gates read. ``every_call=False`` probes only the
-    first requests (single-turn)."""
+    first requests (single-turn); ``handoffs`` are the tools the tenant declared hand-offs (the gates)."""
     t0 = time.perf_counter()
     memo = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     runs = history_runs(segs)
@@ -293,7 +294,7 @@ def evaluate_calls(
     fitted: list[dict[str, Any]] = []
     plan = outer_folds(segs, dialogs, folds, seed)
     for k, (train, test) in enumerate(plan):
-        with tenant(gated_skills([segs[i] for i in train], config), memo, config) as (sf, skills, store):
+        with tenant(gated_skills([segs[i] for i in train], config, handoffs), memo, config) as (sf, skills, store):
             live = list(skills.values())
             examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query)
             t1 = time.perf_counter()

@@ -133,6 +133,7 @@ class IngestReport:
     skipped: Counter[str] = field(default_factory=Counter)
     outcomes: Counter[str] = field(default_factory=Counter)
     tools: list[str] = field(default_factory=list)
+    hands_off: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +151,7 @@ class IngestReport:
             "skipped": dict(self.skipped),
             "outcomes": dict(self.outcomes),
             "tools": self.tools,
+            "hands_off": self.hands_off,
         }
 
 
@@ -195,17 +197,20 @@ def write_runs(
     default_tenant: tuple[str, str] | None = None,
     outcome_of: Callable[[RunInput], ConversationOutcome | None] | None = None,
     state_changing: Mapping[str, bool] | None = None,
+    hands_off: Iterable[str] = (),
 ) -> IngestReport:
     """Register the toolbox and store every run through ``Skillflow.record`` (idempotent on run id).
 
     Run ids are scoped to the tenant (:func:`tenant_run_id`; ``default_tenant`` keeps bare corpus ids).
     ``outcome_of`` gives a run the outcome of the conversation (episode) it belongs to (:func:`reward_outcome`);
-    ``state_changing`` is the toolbox's declaration (``Skillflow.register_tools``).
+    ``state_changing`` and ``hands_off`` are the toolbox's declaration (``Skillflow.register_tools``).
     """
     default = default_tenant or (report.agent_id, report.user_id)
     runs = [replace(r, run_id=tenant_run_id(r.run_id, r.agent_id, r.user_id, default)) if r.run_id else r for r in runs]
-    sf.register_tools(tools, state_changing=state_changing)
-    report.tools = sorted(set(tools))
+    tools = set(tools)
+    handoffs = sorted(set(hands_off) & tools)
+    sf.register_tools(tools, state_changing=state_changing, hands_off=handoffs)
+    report.tools, report.hands_off = sorted(tools), handoffs
     present = _existing(sf, [r.run_id for r in runs if r.run_id])
     for done, run in enumerate(runs, start=1):
         report.runs += 1

@@ -38,6 +38,10 @@ Unit = Literal["conversation", "turn"]
 DEFAULT_AGENT_ID = "tau-bench-airline"
 STOP_MARKER = "###STOP###"
 ERROR_PREFIX = "Error: "
+# The airline toolbox's hand-off: τ-bench's airline agent may transfer "only if the user explicitly asks for a
+# human agent, or if the user's issue cannot be resolved with the available tools", and the call ends the
+# episode. An airline agent declares it a hand-off, so no skill teaches it (docs/guide/promotion.md, "Gates").
+HANDOFF_TOOLS = frozenset({"transfer_to_human_agents"})
 
 
 def _step(call: Mapping[str, Any], reply: Mapping[str, Any] | None) -> Step:
@@ -160,8 +164,8 @@ def ingest_tau_bench(
     the path of ``record_conversation(..., outcome=...)``).
 
     The toolbox is registered with each tool's state-changing flag declared by the verb rule the procedures are
-    segmented with, as an airline agent declares its writes: so the promotion gates hold back read-only
-    classes (docs/guide/promotion.md, "Gates")."""
+    segmented with, as an airline agent declares its writes, and :data:`HANDOFF_TOOLS` declared hand-offs: so
+    the promotion gates hold back read-only and hand-off classes (docs/guide/promotion.md, "Gates")."""
     runs = with_timestamps(parse_tau_bench(path, sf.agent_id, user_id, unit), end)
     writer = replace(sf, workflow_outcome_evaluator=None)
     tools = {s.tool for r in runs for s in r.steps}
@@ -169,4 +173,4 @@ def ingest_tau_bench(
     outcome_of = reward_outcome if outcome == "reward" else None
     declared = {tool: changes_state(tool) for tool in tools}
     tenant = (DEFAULT_AGENT_ID, DEFAULT_USER_ID)
-    return write_runs(writer, runs, report, tools, progress, tenant, outcome_of, declared)
+    return write_runs(writer, runs, report, tools, progress, tenant, outcome_of, declared, HANDOFF_TOOLS)
