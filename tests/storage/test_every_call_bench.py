@@ -125,6 +125,10 @@ def test_siblings_count_the_tasks_whose_conversations_disagree_and_the_task_orac
     # c-0 and c-1: the others are one cancel and one look-up, a tie: the oracle abstains; c-2: two cancels
     assert (sib["oracle_P"], sib["oracle_hit"], sib["oracle_wrong"]) == (4, 0.5, 0.0)  # b-0, b-1 right
     assert (sib["oracle_N"], sib["oracle_false"]) == (1, 1.0)
+    # Cancel declared a hand-off: no skill of it exists, so its first requests are negatives and the oracle
+    # abstains where the others cancelled (c-2 was its false injection; now every c trial is a right abstention).
+    handed = siblings(ds, frozenset({CANCEL}))
+    assert (handed["oracle_P"], handed["oracle_hit"], handed["oracle_N"], handed["oracle_false"]) == (2, 1.0, 3, 0.0)
 
 
 def corpus(tmp_path: Path) -> Path:
@@ -182,3 +186,26 @@ def test_the_single_turn_side_alone(tmp_path: Path, outcome: str) -> None:
     result = evaluate_calls(segs, dialogs, HashingEmbedder(), config, folds=3, every_call=False, outcome=outcome)
     assert result.calls == 0 and result.single["P"] + result.single["N"] == len(dialogs)
     assert sum(f["P"] + f["N"] for f in result.single_per_fold) == len(dialogs)
+
+
+def test_the_bench_gates_its_classes_with_the_promotion_gates() -> None:
+    """``gated_skills`` is the cycle's ``evaluate_gates``: a read-only class, a thin class and a class calling a
+    declared hand-off are held back; what passes becomes a live skill of its write."""
+    from skillflow.lab.bench.applicability_bench import conversation_segs, gated_skills
+
+    transfer = "transfer_to_human_agents"
+    segs = []
+    for i in range(6):
+        cancel = [user(f"cancel trip {i}"), *call("a", "get_user_details"), *call("b", CANCEL), say("done")]
+        hand = [user(f"a person please {i}"), *call("a", "get_user_details"), *call("b", transfer), say("ok")]
+        look = [user(f"what is booked {i}"), *call("a", "get_user_details"), *call("b", "get_reservation_details")]
+        segs += conversation_segs("t", f"c{i}", cancel) + conversation_segs("t", f"h{i}", hand)
+        segs += conversation_segs("t", f"l{i}", [*look, say("this")])
+    segs += conversation_segs("t", "b0", [user("book"), *call("a", "search_direct_flight"), *call("b", BOOK)])
+    config = PromotionConfig()
+    assert sorted(s.intent for s in gated_skills(segs, config)) == [CANCEL, transfer]
+    assert [s.intent for s in gated_skills(segs, config, frozenset({transfer}))] == [CANCEL]
+    opted = config.model_copy(update={"promote_handoff_classes": True, "promote_read_only_classes": True})
+    assert sorted(s.intent for s in gated_skills(segs, opted, frozenset({transfer}))) == [
+        CANCEL, "read-only", transfer
+    ]  # fmt: skip

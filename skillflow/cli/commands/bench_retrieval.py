@@ -196,7 +196,8 @@ def _print_every_call(calls: dict[str, Any]) -> None:
         for fold, f in rows:
             gold = "gold" if name.startswith("tau") else ""
             table.add_row(
-                name, fold, str(f["calls"]), f"{f['pre_write_hit']:.3f}", f"{f['pre_write_wrong']:.3f}",
+                name, fold, str(f["calls"]),
+                f"{f['pre_write_hit']:.3f}" if f["pre_write_P"] else "n/a (no skill)", f"{f['pre_write_wrong']:.3f}",
                 f"{f['pre_write_false']:.3f}", f"{f['misleading']:.3f}", f"{f['no_write_share']:.3f}",
                 str(f["reinjections"]), f"{f['outside_gold']:.3f}" if gold else "-",
                 f"{f['reinforcement']:.3f} of {f['wrong_writes']}" if gold else "-",

@@ -162,9 +162,10 @@ def single_figures(singles: Sequence[Single]) -> dict[str, float]:
     }  # fmt: skip
 
 
-def siblings(dialogs: Sequence[Dialog]) -> dict[str, float]:
+def siblings(dialogs: Sequence[Dialog], handoffs: Collection[str] = ()) -> dict[str, float]:
     """How far one task's conversations agree on the writes they make, and the task oracle's single-turn figures
-    (see the module docstring); tasks with one conversation are left out."""
+    (see the module docstring); tasks with one conversation are left out. A first request labelled with a
+    declared hand-off is a negative for the oracle as for ``prepare`` (no skill of a hand-off is promoted)."""
     by_task: dict[str, list[Dialog]] = {}
     for d in dialogs:
         if d.points:
@@ -175,9 +176,9 @@ def siblings(dialogs: Sequence[Dialog]) -> dict[str, float]:
     pos = hit = wrong = neg = false = 0
     for ds in shared.values():
         for d in ds:
-            votes = Counter(o.points[0].label for o in ds if o is not d).most_common()
+            votes = Counter(_skillable(o.points[0].label, handoffs) for o in ds if o is not d).most_common()
             guess = READ_ONLY if len(votes) > 1 and votes[0][1] == votes[1][1] else votes[0][0]
-            label = d.points[0].label
+            label = _skillable(d.points[0].label, handoffs)
             if label == READ_ONLY:
                 neg, false = neg + 1, false + (guess != READ_ONLY)
             else:
@@ -192,6 +193,10 @@ def siblings(dialogs: Sequence[Dialog]) -> dict[str, float]:
         "oracle_P": pos, "oracle_hit": _share(hit, pos), "oracle_wrong": _share(wrong, pos),
         "oracle_N": neg, "oracle_false": _share(false, neg),
     }  # fmt: skip
+
+
+def _skillable(label: str, handoffs: Collection[str]) -> str:
+    return READ_ONLY if label in handoffs else label
 
 
 def hindsight(probes: Sequence[Probe], budget: Budget, target: float = MISLEADING_TARGET) -> dict[str, float]:
@@ -325,7 +330,7 @@ def evaluate_calls(
         [figures([p for p in probes if p.fold == k]) for k in range(len(plan))], figures(probes),
         hindsight(probes, budget), single_figures(singles),
         [single_figures([s for s in singles if s.fold == k]) for k in range(len(plan))], fitted,
-        time.perf_counter() - t0, siblings(dialogs),
+        time.perf_counter() - t0, siblings(dialogs, handoffs),
     )  # fmt: skip
 
 
