@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -62,6 +63,11 @@ class Prepared:
     error: str | None = None  # why the turn degraded to a request without skills (names parameters, not values)
 
 
+class DatabaseDown(RuntimeError):
+    """The database failed a call less than ``capture_breaker_seconds`` ago: the runtime does not wait on it
+    again until then (docs/RELIABILITY.md, "Failure policy")."""
+
+
 @dataclass
 class Skillflow:
     """One agent's handle on skillflow: ``record_run`` after each run, ``prepare`` before each model call."""
@@ -78,6 +84,8 @@ class Skillflow:
     embedder: Embedder | None = None
     options: LearningOptions = field(init=False)
     _timeout: float = field(init=False, default=2.0, repr=False)
+    _breaker: float = field(init=False, default=30.0, repr=False)
+    _down_until: float = field(init=False, default=0.0, repr=False)  # time.monotonic(): the breaker is open until
 
     def __post_init__(self) -> None:
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
@@ -89,6 +97,7 @@ class Skillflow:
         self.config = self.config or load_promotion_config()
         settings = get_settings()
         self._timeout = settings.capture_timeout_seconds
+        self._breaker = settings.capture_breaker_seconds
         if self.engine is None:
             url = self.database_url or settings.database_url
             self.engine = capture_engine(url, settings.capture_connect_timeout_seconds, self._timeout)
@@ -97,8 +106,27 @@ class Skillflow:
                 require_current(self.engine)
         except OperationalError:
             log.warning("database unreachable at start-up: runs spool until it is back")
+            self._went_down()
         if self.spool_dir is None:
             self.spool_dir = Path(".skillflow/spool")
+
+    # -- the database breaker ----------------------------------------------------------------------
+    def _check_up(self) -> None:
+        """Raise :class:`DatabaseDown` while the breaker is open (a failure less than its window ago)."""
+        if time.monotonic() < self._down_until:
+            raise DatabaseDown("the database failed recently: not waited on until the breaker's window ends")
+
+    def _went_down(self) -> None:
+        if self._breaker <= 0:
+            return
+        if time.monotonic() >= self._down_until:
+            log.warning(
+                "database unavailable: for %.0f s runs spool and prepare goes without skills at once", self._breaker
+            )
+        self._down_until = time.monotonic() + self._breaker
+
+    def _came_up(self) -> None:
+        self._down_until = 0.0
 
     # -- capture -----------------------------------------------------------------------------------
     def record_run(
@@ -220,10 +248,13 @@ class Skillflow:
         from skillflow.storage.skills import declared_state_changes
 
         assert self.engine is not None
+        if time.monotonic() < self._down_until:
+            return None
         try:
             with deadline(self.engine, self._timeout), self.engine.connect() as conn:
                 return declared_state_changes(conn, self.agent_id)
         except OperationalError:
+            self._went_down()
             return None
 
     def record(
@@ -247,8 +278,15 @@ class Skillflow:
             log.warning("run rejected: %s", exc)  # the message names a field, never a value
             return CaptureResult("", False, error=str(exc))
         try:
-            return self._write(normalized, conversation)
+            if not strict:  # a strict caller gets the database's own error
+                self._check_up()
+            result = self._write(normalized, conversation)
+        except DatabaseDown as exc:
+            path = self._spool(normalized, conversation)
+            log.debug("database down; run %s spooled", normalized.run_id)
+            return CaptureResult(normalized.run_id or "", False, error=type(exc).__name__, spooled=path is not None)
         except OperationalError as exc:
+            self._went_down()
             path = self._spool(normalized, conversation)
             log.warning("database unavailable (%s); run %s spooled", type(exc).__name__, normalized.run_id)
             if strict:
@@ -259,6 +297,8 @@ class Skillflow:
                 raise
             log.error("capture failed: %s", type(exc).__name__)
             return CaptureResult(normalized.run_id or "", False, error=f"capture failed: {type(exc).__name__}")
+        self._came_up()
+        return result
 
     def _write(self, run: RunInput, conversation: ConversationOutcome | None = None) -> CaptureResult:
         """One bounded write (docs/RELIABILITY.md): a stalled database raises ``OperationalError`` after the
@@ -289,7 +329,8 @@ class Skillflow:
 
         Never raises on a spool file: one that cannot be read, or whose run is refused, is moved to
         ``bad/`` in the spool folder and the replay goes on. While the database is still unreachable the
-        replay stops and keeps the remaining files for the next one.
+        replay stops and keeps the remaining files for the next one. It tries the database even while the
+        breaker is open (an explicit call), and its result opens or closes the breaker.
         """
         assert self.spool_dir is not None
         stored = quarantined = 0
@@ -312,11 +353,13 @@ class Skillflow:
                 log.warning("spool file %s quarantined: %s", path.name, exc)
                 continue
             except OperationalError:
+                self._went_down()
                 log.warning("database still unavailable: %d spooled run(s) kept", len(spool.pending(self.spool_dir)))
                 break
             except Exception as exc:  # noqa: BLE001 - kept for the next replay (a retry converges on run id)
                 log.error("spool file %s not replayed: %s", path.name, type(exc).__name__)
                 continue
+            self._came_up()
             if result.stored:
                 path.unlink(missing_ok=True)
                 stored += 1
@@ -353,26 +396,36 @@ class Skillflow:
             )
 
     def select_skills(self, query: str, user_id: str, conversation: Conversation | None = None) -> Selection:
-        """The skills ``prepare`` would render for ``query`` after ``conversation``, and why."""
+        """The skills ``prepare`` would render for ``query`` after ``conversation``, and why.
+
+        Raises :class:`DatabaseDown` while the database breaker is open (``prepare`` then goes without skills)."""
         from skillflow.injection.selection import select_skills
         from skillflow.kernel.state import changes_state
         from skillflow.promotion.redact import redact_query
 
         assert self.engine is not None and self.config is not None
         engine = self.engine
+        self._check_up()
         declared = self._declared_tools() if conversation is not None and conversation.calls else None
-        return select_skills(
-            engine,
-            self._embedder(),
-            self.agent_id,
-            user_id,
-            query,
-            self.config,
-            conversation=conversation,
-            form=redact_query,
-            changes_state=lambda tool: changes_state(tool, declared or None),
-            bound=lambda: deadline(engine, self._timeout),
-        )
+        self._check_up()  # the declared flags' read may have found the database down
+        try:
+            selection = select_skills(
+                engine,
+                self._embedder(),
+                self.agent_id,
+                user_id,
+                query,
+                self.config,
+                conversation=conversation,
+                form=redact_query,
+                changes_state=lambda tool: changes_state(tool, declared or None),
+                bound=lambda: deadline(engine, self._timeout),
+            )
+        except OperationalError:
+            self._went_down()
+            raise
+        self._came_up()
+        return selection
 
     def prepare(
         self,

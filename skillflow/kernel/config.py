@@ -165,6 +165,14 @@ class Settings(BaseSettings):
         "prepare's skill read) may wait on the database before the run is spooled (the request goes without "
         "skills); also its PostgreSQL statement timeout and SQLite busy timeout",
     )
+    capture_breaker_seconds: float = Field(
+        30.0,
+        ge=0,
+        le=3600,
+        description="Agent runtime: after the database failed a capture or a skill read, seconds during which "
+        "captures spool and prepare goes without skills at once, without waiting on the database (0: every "
+        "call tries it)",
+    )
     openai_api_key: SecretStr | None = Field(None, description="OpenAI key (environment only)")
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic key (environment only)")
     config_path: Path | None = Field(

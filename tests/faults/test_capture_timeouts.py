@@ -111,6 +111,7 @@ class StallingServer:
 def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKILLFLOW_CAPTURE_TIMEOUT_SECONDS", "0.5")
     monkeypatch.setenv("SKILLFLOW_CAPTURE_CONNECT_TIMEOUT_SECONDS", "2")
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "0")  # every call tries: the bound of one call is measured
 
 
 @pytest.fixture
@@ -220,3 +221,64 @@ def test_prepare_against_a_postgres_server_that_never_answers_returns_within_the
     assert list(prepared.skill_ids) == []  # type: ignore[attr-defined]
     assert prepared.error == "skills could not be read (OperationalError)"  # type: ignore[attr-defined]
     assert "refund order 7" in json.dumps(prepared.request)  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("short_timeouts")
+def test_while_the_database_is_down_calls_stop_waiting_on_it_until_the_breaker_window_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One failure opens the breaker: captures spool and ``prepare`` skips the skill read at once, without a
+    connection attempt; after the window the next call tries the database again."""
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "1.5")
+    server = StallingServer("silent")
+    spool = tmp_path / "spool"
+    url = f"postgresql://postgres@127.0.0.1:{server.port}/test?sslmode=disable&gssencmode=disable"
+    try:
+        agent = Skillflow(agent_id="agent", database_url=url, spool_dir=spool, continual_learning=True)
+        tried = server.accepted  # the start-up schema check found the database down
+        started = time.monotonic()
+        results = [agent.record_run(f"refund order {i}", "u1", STEPS, run_id=f"down-{i}") for i in range(3)]
+        prepared = agent.prepare("refund order 7", "u1")
+        elapsed = time.monotonic() - started
+        assert tried >= 1 and server.accepted == tried  # not one connection attempt while the breaker is open
+        assert elapsed < 0.5, elapsed  # three captures and a prepare, none waiting on the database
+        assert [(r.stored, r.spooled, r.error) for r in results] == [(False, True, "DatabaseDown")] * 3
+        assert (list(prepared.skill_ids), prepared.error) == ([], "skills could not be read (DatabaseDown)")
+        assert "refund order 7" in json.dumps(prepared.request)
+        time.sleep(1.6)
+        started = time.monotonic()
+        again = agent.record_run("refund order 9", "u1", STEPS, run_id="down-9")
+        assert time.monotonic() - started >= 1.0  # the window is over: it waited on the database again
+        assert server.accepted > tried and (again.spooled, again.error) == (True, "OperationalError")
+    finally:
+        server.close()
+    assert len(list(spool.glob("*.json"))) == 4  # nothing lost
+
+
+@pytest.mark.usefixtures("short_timeouts")
+def test_the_breaker_closes_when_the_database_answers_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "1")
+    db = tmp_path / "skillflow.db"
+    engine = make_engine(f"sqlite:///{db}")
+    migrate(engine)
+    engine.dispose()
+    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    locker = sqlite3.connect(db, timeout=0)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        first = agent.record_run("refund order 1", "u1", STEPS, run_id="lock-1")  # waits 0.5 s, opens the breaker
+        started = time.monotonic()
+        second = agent.record_run("refund order 2", "u1", STEPS, run_id="lock-2")
+        assert time.monotonic() - started < 0.2
+    finally:
+        locker.rollback()
+        locker.close()
+    assert (first.error, second.error) == ("OperationalError", "DatabaseDown")
+    assert second.spooled and not second.stored
+    time.sleep(1.1)
+    assert agent.record_run("refund order 3", "u1", STEPS, run_id="lock-3").stored  # tried again, and closed
+    assert agent.record_run("refund order 4", "u1", STEPS, run_id="lock-4").stored
+    assert agent.replay_spool() == 2
+    engine = make_engine(f"sqlite:///{db}")
+    assert [_row(engine, f"lock-{i}") for i in (1, 2)] == [("refund order 1", 1), ("refund order 2", 1)]
+    engine.dispose()
