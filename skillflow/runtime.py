@@ -86,6 +86,7 @@ class Skillflow:
     _timeout: float = field(init=False, default=2.0, repr=False)
     _breaker: float = field(init=False, default=30.0, repr=False)
     _down_until: float = field(init=False, default=0.0, repr=False)  # time.monotonic(): the breaker is open until
+    _declared: dict[str, bool] | None = field(init=False, default=None, repr=False)  # the last flags read
 
     def __post_init__(self) -> None:
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
@@ -244,18 +245,19 @@ class Skillflow:
         return results
 
     def _declared_tools(self) -> dict[str, bool] | None:
-        """The agent's declared state-changing flags (None while the database is unreachable: the verb rule)."""
+        """The agent's declared state-changing flags; while the database is unreachable the last ones this handle
+        read or registered (None before any: the verb rule)."""
         from skillflow.storage.skills import declared_state_changes
 
         assert self.engine is not None
         if time.monotonic() < self._down_until:
-            return None
+            return self._declared
         try:
             with deadline(self.engine, self._timeout), self.engine.connect() as conn:
-                return declared_state_changes(conn, self.agent_id)
+                self._declared = declared_state_changes(conn, self.agent_id)
         except OperationalError:
             self._went_down()
-            return None
+        return self._declared
 
     def record(
         self,
@@ -567,3 +569,4 @@ class Skillflow:
             conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == self.agent_id))
             if rows:
                 conn.execute(insert(agent_tools), rows)
+        self._declared = {n: bool(f) for n, f in declared.items()}  # what declared_state_changes now reads

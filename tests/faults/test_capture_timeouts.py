@@ -282,3 +282,54 @@ def test_the_breaker_closes_when_the_database_answers_again(tmp_path: Path, monk
     engine = make_engine(f"sqlite:///{db}")
     assert [_row(engine, f"lock-{i}") for i in (1, 2)] == [("refund order 1", 1), ("refund order 2", 1)]
     engine.dispose()
+
+
+def _token_conversation(n: int) -> list[dict[str, object]]:
+    """A user turn whose first call (``get_token``, declared state-changing against its read verb) closes a
+    procedure, and a trailing read: two segments under the declaration, one read-only segment under the verb rule."""
+    calls = [("get_token", {"scope": "refunds"}), ("lookup_order", {"order_id": n})]
+    out: list[dict[str, object]] = [{"role": "user", "content": f"refund order {n}"}]
+    for i, (tool, args) in enumerate(calls):
+        out.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}
+        ]})  # fmt: skip
+        out.append({"role": "tool", "tool_call_id": f"c{i}", "content": '{"ok": true}'})
+    return out
+
+
+@pytest.mark.usefixtures("short_timeouts")
+def test_during_an_outage_a_conversation_is_segmented_with_the_declared_flags_last_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The declared state-changing flags cannot be read while the database is down: the handle segments with the
+    ones it last read or registered, so the spooled procedures replay to the rows of a direct write."""
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "30")
+    db = tmp_path / "skillflow.db"
+    engine = make_engine(f"sqlite:///{db}")
+    migrate(engine)
+    engine.dispose()
+    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    agent.register_tools(["get_token", "lookup_order"], state_changing={"get_token": True})
+    direct = agent.record_conversation(_token_conversation(1), "u1", conversation_id="up")
+    assert [r.stored for r in direct] == [True, True]
+    locker = sqlite3.connect(db, timeout=0)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        assert agent.record_run("refund order 0", "u1", STEPS, run_id="lock-0").error == "OperationalError"
+        down = agent.record_conversation(_token_conversation(2), "u1", conversation_id="down")
+    finally:
+        locker.rollback()
+        locker.close()
+    assert [(r.spooled, r.error) for r in down] == [(True, "DatabaseDown")] * 2  # two procedures, as declared
+    assert agent.replay_spool() == 3
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(workflow_memory.c.conversation_id, workflow_memory.c.segment_index, workflow_memory.c.tool_sequence)
+            .where(workflow_memory.c.conversation_id.is_not(None))
+            .order_by(workflow_memory.c.conversation_id, workflow_memory.c.segment_index)
+        ).all()
+    engine.dispose()
+    assert [tuple(r) for r in rows] == [
+        ("down", 0, "get_token"), ("down", 1, "lookup_order"), ("up", 0, "get_token"), ("up", 1, "lookup_order")
+    ]  # fmt: skip
