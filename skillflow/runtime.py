@@ -65,7 +65,7 @@ class Prepared:
 
 class DatabaseDown(RuntimeError):
     """The database failed a call less than ``capture_breaker_seconds`` ago: the runtime does not wait on it
-    again until then (docs/RELIABILITY.md, "Failure policy")."""
+    again until then (docs/guide/runtime.md, "The spool, and when the database does not answer")."""
 
 
 @dataclass
