@@ -182,7 +182,10 @@ def run_partition(
         return report
     stage = "sweep"
     try:
-        swept = sweep(engine, agent_id, user_id, actor=actor, flow_run_id=flow_run_id, dry_run=dry_run)
+        swept = sweep(
+            engine, agent_id, user_id, actor=actor, flow_run_id=flow_run_id, dry_run=dry_run,
+            handoffs_allowed=config.promote_handoff_classes,
+        )  # fmt: skip
         report.deprecated = list(swept.deprecated)
         if swept.note:
             report.review_flags.append(swept.note)

@@ -1,4 +1,5 @@
-"""Staleness sweep: an ACTIVE skill whose declared tools no longer all resolve is deprecated at once."""
+"""Staleness sweep: an ACTIVE skill whose declared tools no longer all resolve, or that calls a tool the agent has
+since declared a hand-off, is deprecated at once."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from sqlalchemy import Connection, Engine, select
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.models import SkillStatus
+from skillflow.promotion.gates import HANDOFF_CLASS
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools
-from skillflow.storage.skills import list_skills, transition
+from skillflow.storage.skills import declared_handoffs, list_skills, transition
 
 log = logging.getLogger("skillflow.promotion.staleness")
 
@@ -43,8 +45,11 @@ def sweep(
     flow_run_id: str | None = None,
     dry_run: bool = False,
     embedder: Embedder | None = None,
+    handoffs_allowed: bool = False,
 ) -> SweepResult:
-    """Deprecate every ACTIVE skill of the partition that declares a tool missing from the toolbox.
+    """Deprecate every ACTIVE skill of the partition that declares a tool missing from the toolbox
+    (``tool removed: a, b``) or, unless ``handoffs_allowed`` (``promote_handoff_classes``), a tool the agent
+    declared a hand-off (``hand-off: calls a declared hand-off tool (t)``; docs/guide/promotion.md, "Gates").
 
     An agent with no registered toolbox is not swept: an empty list cannot tell "every tool removed"
     from "never registered". Each deprecation is its own transaction and idempotent (``transition``); after
@@ -52,15 +57,20 @@ def sweep(
     """
     with engine.connect() as conn:
         toolbox = set(registered_tools(conn, agent_id))
+        handoffs = set() if handoffs_allowed else declared_handoffs(conn, agent_id)
         active = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
     if not toolbox:
         return SweepResult([], f"agent {agent_id} has no registered toolbox: staleness sweep skipped")
     found: list[tuple[str, str]] = []
     for skill in active:
         missing = missing_tools(skill.tools, toolbox)
-        if not missing:
+        handing = sorted(handoffs & set(skill.tools or []))
+        if missing:
+            reason = "tool removed: " + ", ".join(missing)
+        elif handing:
+            reason = f"{HANDOFF_CLASS} ({', '.join(handing)})"
+        else:
             continue
-        reason = "tool removed: " + ", ".join(missing)
         found.append((skill.id, reason))
         if dry_run:
             continue

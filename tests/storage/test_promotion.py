@@ -294,3 +294,23 @@ def test_tau_bench_reward_outcomes_promote_no_class_below_a_gate(
         assert report.would_promote == [] and report.promoted == []
         rate = gate[cancel].success_rate
         assert rate < 0.5 and (cancel, f"success_rate {rate:.2f} < 0.8") in report.skipped
+
+
+def test_staleness_sweep_deprecates_a_live_skill_whose_tool_was_declared_a_handoff(engine: Engine) -> None:
+    """A skill promoted before its tool was declared a hand-off: the next cycle's sweep deprecates it, unless
+    ``promote_handoff_classes``."""
+    from skillflow.promotion.gates import HANDOFF_CLASS
+
+    sf = agent(engine)
+    seed_cancel(sf)
+    [skill_id] = run_partition(engine, AGENT, "u1", sf.config).promoted
+    tools = ["get_reservation_details", "cancel_reservation"]
+    sf.register_tools(tools, hands_off=["cancel_reservation"])
+    allowed = sf.config.model_copy(update={"promote_handoff_classes": True})
+    assert run_partition(engine, AGENT, "u1", allowed, dry_run=True).deprecated == []
+    reason = f"{HANDOFF_CLASS} (cancel_reservation)"
+    swept = run_partition(engine, AGENT, "u1", sf.config, flow_run_id="sweep-run")
+    assert swept.deprecated == [(skill_id, reason)]
+    with engine.connect() as conn:
+        skill = get_skill(conn, skill_id)
+    assert (skill.status, skill.demotion_reason) == ("deprecated", reason)
