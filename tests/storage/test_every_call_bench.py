@@ -209,3 +209,19 @@ def test_the_bench_gates_its_classes_with_the_promotion_gates() -> None:
     assert sorted(s.intent for s in gated_skills(segs, opted, frozenset({transfer}))) == [
         CANCEL, "read-only", transfer
     ]  # fmt: skip
+
+
+def test_the_open_pre_write_hit_leaves_out_a_repeat_of_a_write_done_since_the_request() -> None:
+    """Two cancels asked in one message: the second write's call comes after the first succeeded, where no
+    skill of the intent may be injected; the open hit counts the first only."""
+    twice = [user("cancel both trips"), *call("a", "get_user_details"), *call("b", CANCEL), *call("c", CANCEL),
+             say("both cancelled")]  # fmt: skip
+    d = dialog("t1", "t1-0", twice)
+    assert [(p.index, p.pre_write, set(p.done)) for p in d.points if p.pre_write] == [
+        (3, True, set()), (5, True, {CANCEL})
+    ]  # fmt: skip
+    cancel = _skill(CANCEL)
+    probes = [Probe(0, d, p, cancel if p.index == 3 else None, frozenset({CANCEL})) for p in d.points]
+    f = figures(probes)
+    assert (f["pre_write_P"], f["pre_write_hit"]) == (2, 0.5)
+    assert (f["pre_write_open_P"], f["pre_write_open_hit"]) == (1, 1.0)

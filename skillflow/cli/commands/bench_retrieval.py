@@ -187,8 +187,8 @@ def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], Non
 def _print_every_call(calls: dict[str, Any]) -> None:
     """Per fold, pooled and the hindsight floor; then single-turn (targets in docs/BENCHMARKS.md)."""
     table = Table(title="prepare() before every model call of unseen conversations (grouped 5-fold)")
-    cols = ("set / outcome", "fold", "calls", "pre-write hit", "wrong", "false", "misleading", "no-write share",
-            "re-inject", "outside gold", "reinforce", "right write")  # fmt: skip
+    cols = ("set / outcome", "fold", "calls", "pre-write hit", "open hit", "wrong", "false", "misleading",
+            "no-write share", "re-inject", "outside gold", "reinforce", "right write")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for name, r in calls.items():
@@ -197,7 +197,9 @@ def _print_every_call(calls: dict[str, Any]) -> None:
             gold = "gold" if name.startswith("tau") else ""
             table.add_row(
                 name, fold, str(f["calls"]),
-                f"{f['pre_write_hit']:.3f}" if f["pre_write_P"] else "n/a (no skill)", f"{f['pre_write_wrong']:.3f}",
+                f"{f['pre_write_hit']:.3f}" if f["pre_write_P"] else "n/a (no skill)",
+                f"{f['pre_write_open_hit']:.3f} of {f['pre_write_open_P']}" if f["pre_write_open_P"] else "n/a",
+                f"{f['pre_write_wrong']:.3f}",
                 f"{f['pre_write_false']:.3f}", f"{f['misleading']:.3f}", f"{f['no_write_share']:.3f}",
                 str(f["reinjections"]), f"{f['outside_gold']:.3f}" if gold else "-",
                 f"{f['reinforcement']:.3f} of {f['wrong_writes']}" if gold else "-",

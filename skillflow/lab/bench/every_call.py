@@ -10,7 +10,9 @@ user request alone (``prepare(query)``: a single-turn agent). Figures (docs/BENC
 call"):
 
 - *pre-write*: the calls whose message makes a procedure's closing call: intent hit / wrong / miss over the
-  procedures whose write has a skill, false over the rest (read-only procedures included);
+  procedures whose write has a skill, false over the rest (read-only procedures included); *open* hit: the hit
+  over those whose write was not already made since the latest user message (a repeat, such as the second of
+  several flight changes asked in one message, must not get the skill again: no re-injection);
 - *misleading*: calls that get a skill whose intent is not the write closing the call's span, per call;
 - *no-write share*: the share of calls, in conversations that never change state, that get a skill;
 - *re-injections*: calls that get a skill of a write that already succeeded since the latest user message;
@@ -112,7 +114,7 @@ def figures(
     probes: Sequence[Probe], chosen: Callable[[Probe], LiveSkill | None] = lambda p: p.injected
 ) -> dict[str, float]:
     """The every-call figures (see the module docstring) of ``probes``, with ``chosen`` as the injection."""
-    pos = hit = wrong = neg = false = misleading = quiet = quiet_inj = again = 0
+    pos = hit = wrong = neg = false = misleading = quiet = quiet_inj = again = open_pos = open_hit = 0
     gold_calls = outside = bad = bad_same = good = good_same = 0
     for p in probes:
         got = chosen(p)
@@ -122,6 +124,9 @@ def figures(
                 pos += 1
                 hit += got is not None and got.intent == label
                 wrong += got is not None and got.intent != label
+                if label not in p.point.done:  # a repeat of a write done since the request is never injected
+                    open_pos += 1
+                    open_hit += got is not None and got.intent == label
             else:
                 neg += 1
                 false += got is not None
@@ -143,6 +148,7 @@ def figures(
     return {
         "calls": len(probes), "pre_write_P": pos, "pre_write_N": neg,
         "pre_write_hit": _share(hit, pos), "pre_write_wrong": _share(wrong, pos),
+        "pre_write_open_P": open_pos, "pre_write_open_hit": _share(open_hit, open_pos),
         "pre_write_false": _share(false, neg), "misleading": _share(misleading, len(probes)),
         "no_write_calls": quiet, "no_write_share": _share(quiet_inj, quiet),
         "reinjections": again, "outside_gold": _share(outside, gold_calls), "wrong_writes": bad,
