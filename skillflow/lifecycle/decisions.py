@@ -19,9 +19,10 @@ from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lifecycle.revisions import current_revision
+from skillflow.promotion.gates import HANDOFF_CLASS
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools, skill_events
-from skillflow.storage.skills import InvalidTransition, SkillRecord, get_skill, transition
+from skillflow.storage.skills import InvalidTransition, SkillRecord, declared_handoffs, get_skill, transition
 
 Role = Literal["user", "developer"]
 
@@ -49,6 +50,20 @@ def missing_tools(conn: Connection, skill: SkillRecord) -> list[str]:
     return [t for t in declared if t not in registered]
 
 
+def tool_problems(conn: Connection, skill: SkillRecord, config: PromotionConfig) -> list[str]:
+    """Why the skill's tools forbid it going live: a tool no longer registered (``tool removed: a, b``), or one
+    the agent has declared a hand-off since the skill landed (docs/guide/promotion.md, "Gates")."""
+    problems = []
+    gone = missing_tools(conn, skill)
+    if gone:
+        problems.append("tool removed: " + ", ".join(gone))
+    if not config.promote_handoff_classes:
+        handing = sorted(declared_handoffs(conn, skill.agent_id) & set(skill.tools or ()))
+        if handing:
+            problems.append(f"{HANDOFF_CLASS} ({', '.join(handing)})")
+    return problems
+
+
 def went_through_shadow(conn: Connection, skill_id: str) -> bool:
     """True when the event log shows the skill entered SHADOW (created as shadow or moved there)."""
     row = conn.execute(
@@ -72,9 +87,7 @@ def activation_problems(conn: Connection, skill: SkillRecord, role: Role, config
             problems.append("developer authority requires require_shadow=True")
         if not went_through_shadow(conn, skill.id):
             problems.append("developer authority requires the skill to have gone through shadow review")
-    gone = missing_tools(conn, skill)
-    if gone:
-        problems.append("tool removed: " + ", ".join(gone))
+    problems += tool_problems(conn, skill, config)
     return problems
 
 

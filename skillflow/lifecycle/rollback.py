@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import SkillStatus, utcnow
-from skillflow.lifecycle.decisions import ActivationRefused, missing_tools, went_through_shadow
+from skillflow.lifecycle.decisions import ActivationRefused, tool_problems, went_through_shadow
 from skillflow.lifecycle.revisions import source_evidence
 from skillflow.promotion.redact import clean_reason, structural_names
 from skillflow.promotion.refit import refresh_rule
@@ -47,9 +47,7 @@ def rollback_problems(conn: Connection, target: SkillRecord, config: PromotionCo
     problems: list[str] = []
     if target.activated_at is None:
         problems.append(f"v{target.version} was never active ({target.status}); only a once-active version comes back")
-    gone = missing_tools(conn, target)
-    if gone:
-        problems.append("tool removed: " + ", ".join(gone))
+    problems += tool_problems(conn, target, config)
     if target.injection_role == "developer" and not (config.require_shadow and went_through_shadow(conn, target.id)):
         problems.append("developer authority requires require_shadow=True and a shadow review")
     evidence = source_evidence(conn, target)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import Engine, delete, func, select, update
 
 from skillflow.kernel.models import SkillStatus
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
@@ -49,6 +49,21 @@ def test_activate_user_backfills_stamps_in_one_step(engine: Engine) -> None:
     assert _stamped(engine, skill.id) == len(runs)
     record(engine, "cancel my reservation again")
     assert _stamped(engine, skill.id) == len(runs) + 1
+
+
+def test_activation_refuses_a_skill_whose_tool_was_declared_a_handoff(engine: Engine) -> None:
+    from skillflow.promotion.gates import HANDOFF_CLASS
+
+    _runs, skill = _shadow(engine)
+    with engine.begin() as conn:
+        conn.execute(update(agent_tools).where(agent_tools.c.tool_name == "cancel_reservation").values(hands_off=1))
+    with pytest.raises(ActivationRefused) as err:
+        activate_skill(engine, skill.id, actor="alice", config=config())
+    assert err.value.reasons == [f"{HANDOFF_CLASS} (cancel_reservation)"]
+    with engine.connect() as conn:
+        assert get_skill(conn, skill.id).status == "shadow"
+    allowed = config().model_copy(update={"promote_handoff_classes": True})
+    assert activate_skill(engine, skill.id, actor="alice", config=allowed).status == "active"
 
 
 def test_activation_rechecks_tools(engine: Engine) -> None:
