@@ -548,7 +548,7 @@ class Skillflow:
         now = utcnow()
         tools = sorted(set(names))
         declared = dict(state_changing or {})
-        handoffs = set(hands_off)
+        handoffs = {hands_off} if isinstance(hands_off, str) else set(hands_off)  # one name is one tool
         unknown = sorted((set(declared) | handoffs) - set(tools))
         if unknown:
             raise ValueError(f"state_changing or hands_off names {len(unknown)} tool(s) that are not registered")

@@ -60,6 +60,11 @@ def test_without_a_declaration_or_with_the_opt_out_the_handoff_class_is_eligible
 
 def test_a_handoff_must_be_registered_and_cannot_be_declared_read_only(engine: Engine) -> None:
     sf = Skillflow(agent_id="a1", engine=engine, config=CONFIG)
+    sf.register_tools(TOOLS, hands_off="transfer_to_human_agents")  # one name, not its letters
+    with engine.connect() as conn:
+        assert conn.execute(select(agent_tools.c.tool_name).where(agent_tools.c.hands_off == 1)).scalars().all() == [
+            "transfer_to_human_agents"
+        ]
     with pytest.raises(ValueError, match="not registered"):
         sf.register_tools(["get_user_details"], hands_off=["transfer_to_human_agents"])
     with pytest.raises(ValueError, match="cannot be declared read-only"):
