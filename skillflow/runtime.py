@@ -469,7 +469,9 @@ class Skillflow:
             try:
                 skills = self.select_skills(args.query[:MAX_RETRIEVAL_CHARS], args.user_id, args.conversation).skills
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
-                log.warning("skill retrieval failed (%s); preparing without skills", type(exc).__name__)
+                # While the breaker is open the one warning was logged when it opened: no line per model call.
+                level = logging.DEBUG if isinstance(exc, DatabaseDown) else logging.WARNING
+                log.log(level, "skill retrieval failed (%s); preparing without skills", type(exc).__name__)
                 unread.append(f"skills could not be read ({type(exc).__name__})")
         try:
             assembled = assemble(

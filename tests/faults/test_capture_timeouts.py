@@ -10,6 +10,7 @@ stays short; libpq's connection timeout cannot go below 2 s. Elapsed times are a
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import sqlite3
 import struct
@@ -225,7 +226,7 @@ def test_prepare_against_a_postgres_server_that_never_answers_returns_within_the
 
 @pytest.mark.usefixtures("short_timeouts")
 def test_while_the_database_is_down_calls_stop_waiting_on_it_until_the_breaker_window_ends(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One failure opens the breaker: captures spool and ``prepare`` skips the skill read at once, without a
     connection attempt; after the window the next call tries the database again."""
@@ -234,12 +235,15 @@ def test_while_the_database_is_down_calls_stop_waiting_on_it_until_the_breaker_w
     spool = tmp_path / "spool"
     url = f"postgresql://postgres@127.0.0.1:{server.port}/test?sslmode=disable&gssencmode=disable"
     try:
-        agent = Skillflow(agent_id="agent", database_url=url, spool_dir=spool, continual_learning=True)
-        tried = server.accepted  # the start-up schema check found the database down
-        started = time.monotonic()
-        results = [agent.record_run(f"refund order {i}", "u1", STEPS, run_id=f"down-{i}") for i in range(3)]
-        prepared = agent.prepare("refund order 7", "u1")
-        elapsed = time.monotonic() - started
+        with caplog.at_level(logging.INFO, logger="skillflow.runtime"):
+            agent = Skillflow(agent_id="agent", database_url=url, spool_dir=spool, continual_learning=True)
+            tried = server.accepted  # the start-up schema check found the database down
+            started = time.monotonic()
+            results = [agent.record_run(f"refund order {i}", "u1", STEPS, run_id=f"down-{i}") for i in range(3)]
+            prepared = agent.prepare("refund order 7", "u1")
+            elapsed = time.monotonic() - started
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warned) == 2 and "for 2 s runs spool" in warned[1]  # start-up, the breaker: no line per call
         assert tried >= 1 and server.accepted == tried  # not one connection attempt while the breaker is open
         assert elapsed < 1.0, elapsed  # three captures and a prepare, none waiting on the database (was 4 × 2 s)
         assert [(r.stored, r.spooled, r.error) for r in results] == [(False, True, "DatabaseDown")] * 3
