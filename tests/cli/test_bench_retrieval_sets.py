@@ -84,3 +84,4 @@ def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeyp
     bench_retrieval._print_every_call({"tau-bench/execution": CallResult(**calls["tau-bench/execution"])})
     flat = " ".join(console.export_text().split())
     assert "every model call" in flat and "single-turn" in flat and "hindsight" in flat and "pooled" in flat
+    assert "open hit" in flat and all("pre_write_open_P" in f for f in calls["tau-bench/execution"]["per_fold"])
