@@ -112,15 +112,18 @@ class Skillflow:
             self.spool_dir = Path(".skillflow/spool")
 
     # -- the database breaker ----------------------------------------------------------------------
+    def _down(self) -> bool:
+        """Whether the breaker is open (the database failed less than its window ago)."""
+        return time.monotonic() < self._down_until
+
     def _check_up(self) -> None:
-        """Raise :class:`DatabaseDown` while the breaker is open (a failure less than its window ago)."""
-        if time.monotonic() < self._down_until:
+        if self._down():
             raise DatabaseDown("the database failed recently: not waited on until the breaker's window ends")
 
     def _went_down(self) -> None:
         if self._breaker <= 0:
             return
-        if time.monotonic() >= self._down_until:
+        if not self._down():
             log.warning(
                 "database unavailable: for %.0f s runs spool and prepare goes without skills at once", self._breaker
             )
@@ -250,7 +253,7 @@ class Skillflow:
         from skillflow.storage.skills import declared_state_changes
 
         assert self.engine is not None
-        if time.monotonic() < self._down_until:
+        if self._down():
             return self._declared
         try:
             with deadline(self.engine, self._timeout), self.engine.connect() as conn:

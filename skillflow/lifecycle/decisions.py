@@ -19,7 +19,7 @@ from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
 from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.lifecycle.revisions import current_revision
-from skillflow.promotion.gates import HANDOFF_CLASS
+from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools, skill_events
 from skillflow.storage.skills import InvalidTransition, SkillRecord, declared_handoffs, get_skill, transition
@@ -58,9 +58,8 @@ def tool_problems(conn: Connection, skill: SkillRecord, config: PromotionConfig)
     if gone:
         problems.append("tool removed: " + ", ".join(gone))
     if not config.promote_handoff_classes:
-        handing = sorted(declared_handoffs(conn, skill.agent_id) & set(skill.tools or ()))
-        if handing:
-            problems.append(f"{HANDOFF_CLASS} ({', '.join(handing)})")
+        handing = handoff_problem(skill.tools or [], declared_handoffs(conn, skill.agent_id))
+        problems += [handing] if handing else []
     return problems
 
 

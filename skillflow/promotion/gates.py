@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -76,6 +76,12 @@ def is_read_only(stats: ClassStats, declared: Mapping[str, bool] | None = None) 
 def calls_handoff(stats: ClassStats, handoffs: Collection[str]) -> bool:
     """A class one of whose calls is a tool the agent declared a hand-off."""
     return any(t.strip().removesuffix("!") in handoffs for t in (stats.tool_sequence or "").split(" > "))
+
+
+def handoff_problem(tools: Iterable[str], handoffs: Collection[str]) -> str | None:
+    """Why a skill declaring ``tools`` may not be live: the hand-off tools among them, named; None without any."""
+    handing = sorted(set(tools) & set(handoffs))
+    return f"{HANDOFF_CLASS} ({', '.join(handing)})" if handing else None
 
 
 def read_only_gated(declared: Mapping[str, bool] | None) -> bool:

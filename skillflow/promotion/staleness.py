@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Engine, select
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.models import SkillStatus
-from skillflow.promotion.gates import HANDOFF_CLASS
+from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools
 from skillflow.storage.skills import declared_handoffs, list_skills, transition
@@ -57,19 +57,15 @@ def sweep(
     """
     with engine.connect() as conn:
         toolbox = set(registered_tools(conn, agent_id))
-        handoffs = set() if handoffs_allowed else declared_handoffs(conn, agent_id)
+        handoffs = frozenset() if handoffs_allowed else declared_handoffs(conn, agent_id)
         active = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
     if not toolbox:
         return SweepResult([], f"agent {agent_id} has no registered toolbox: staleness sweep skipped")
     found: list[tuple[str, str]] = []
     for skill in active:
         missing = missing_tools(skill.tools, toolbox)
-        handing = sorted(handoffs & set(skill.tools or []))
-        if missing:
-            reason = "tool removed: " + ", ".join(missing)
-        elif handing:
-            reason = f"{HANDOFF_CLASS} ({', '.join(handing)})"
-        else:
+        reason = "tool removed: " + ", ".join(missing) if missing else handoff_problem(skill.tools or [], handoffs)
+        if reason is None:
             continue
         found.append((skill.id, reason))
         if dry_run:

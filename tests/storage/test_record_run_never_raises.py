@@ -275,3 +275,49 @@ def test_strict_still_raises_on_invalid_input(sqlite_engine: Engine, tmp_path: P
         sf.record_run("q", "u1", [], metadata=[1, 2, 3], strict=True)
     with pytest.raises(RunValidationError, match="skills_activated"):
         sf.record_run("q", "u1", [], skills_activated=5, strict=True)
+
+
+SPOOLED: list[CaptureResult] = []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(bad=st.sets(st.sampled_from(FIELDS), max_size=len(FIELDS)), valid=VALID, arbitrary=ARBITRARY)
+def _while_the_database_is_down(
+    down_url: str, spool: Path, bad: set[str], valid: dict[str, Any], arbitrary: dict[str, Any]
+) -> None:
+    args = {f: arbitrary[f] if f in bad else valid[f] for f in FIELDS}
+    sf = Skillflow(agent_id="agent", database_url=down_url, spool_dir=spool)  # start-up fails: the breaker opens
+    result = sf.record_run(
+        args["query"],
+        args["user_id"],
+        args["steps"],
+        skills_activated=args["skills_activated"],
+        execution_error=args["execution_error"],
+        run_id=args["run_id"],
+        created_at=args["created_at"],
+        metadata=args["metadata"],
+    )
+    assert isinstance(result, CaptureResult) and not result.stored
+    assert result.error, "a run neither stored nor reported as an error was lost silently"
+    if result.spooled:
+        assert result.error == "DatabaseDown"  # not tried: the breaker is open
+        SPOOLED.append(result)
+
+
+def test_with_the_breaker_open_any_value_spools_or_is_refused_and_the_spool_replays_whole(tmp_path: Path) -> None:
+    """The database is down (a folder sits where the SQLite file belongs): every call of arbitrary values returns
+    at once, spooled or refused; replayed into a working database, every spooled run is a row."""
+    down = tmp_path / "down.sqlite"
+    down.mkdir()
+    spool = tmp_path / "spool"
+    SPOOLED.clear()
+    _while_the_database_is_down(down_url=f"sqlite:///{down}", spool=spool)
+    ids = {r.run_id for r in SPOOLED}
+    assert ids and len(list(spool.glob("*.json"))) == len(ids)
+    back = make_engine(f"sqlite:///{tmp_path / 'back.sqlite'}")
+    migrate(back)
+    assert Skillflow(agent_id="agent", engine=back, spool_dir=spool).replay_spool() == len(ids)
+    with back.connect() as conn:
+        stored = set(conn.execute(select(workflow_memory.c.id)).scalars())
+    back.dispose()
+    assert stored == ids
