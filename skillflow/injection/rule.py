@@ -130,8 +130,8 @@ def score(
     best = index.best(q)
     done = set(prefix)
     for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
-        if label != NONE and done and not done <= tools_before.get(label, set()):
-            best[i] = -np.inf
+        if label != NONE and done and not done - {label} <= tools_before.get(label, set()):
+            best[i] = -np.inf  # an attempt at the intent's own write failed (a success ends the prefix): no contradiction
     live = np.isfinite(best)
     if index.w is not None and best[live].sum() > 0:  # probabilities: condition on the calls made
         best[live] /= best[live].sum()
@@ -167,7 +167,7 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: boo
         return Decision(None, label, s1, s2, "below the intent's floor")
     if floors and s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
-    skill = choosers[label].choose(prefix) if has else None
+    skill = choosers[label].choose(tuple(t for t in prefix if t != label)) if has else None  # not a failed attempt
     if skill is None:
         return Decision(None, label, s1, s2, "no live skill of the intent")
     return Decision(skill.skill_id, label, s1, s2, "injected")

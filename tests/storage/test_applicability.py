@@ -115,6 +115,19 @@ def test_the_rule_is_stored_with_its_fingerprint_and_applied(engine: Engine) -> 
     # Calls no cancel procedure ever made before the write: contradiction, nothing injected.
     conv = Conversation((), (ToolCall("list_all_airports"),))
     assert sf.prepare("please cancel my reservation", U, conversation=conv).skill_ids == ()
+    # The agent's attempt at the cancel errored: it retries, still before the write, and gets the skill of the
+    # procedure its reads follow (the failed attempt is not a step of it).
+    messages = [
+        {"role": "user", "content": "please cancel my reservation"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "1", "function": {"name": "get_user_details", "arguments": "{}"}},
+            {"id": "2", "function": {"name": "search_direct_flight", "arguments": "{}"}},
+            {"id": "3", "function": {"name": "cancel_reservation", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "3", "content": "Error: reservation not found"},
+    ]  # fmt: skip
+    conv = Conversation.from_messages(messages)
+    assert sf.prepare("please cancel my reservation", U, conversation=conv).skill_ids == (ids["cancel-b"],)
     # A request the tenant's history answers without a skill gets none.
     assert sf.prepare("what is the baggage allowance", U).skill_ids == ()
     assert sf.prepare("book me a flight to paris", U).skill_ids == (ids["book"],)

@@ -84,6 +84,19 @@ def test_a_contradicting_prefix_is_never_injected() -> None:
     assert d.skill_id is None
 
 
+def test_an_earlier_attempt_at_the_write_never_contradicts_its_intent() -> None:
+    """A write in the calls made has failed (a successful one ends the prefix): the agent retrying it is still
+    before that write, so the attempt never rules its intent out — it rules out every other intent."""
+    rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+    q = around(0, np.random.default_rng(5))
+    assert decide(rule, q, (*PRE_A, "cancel_reservation")).skill_id == "sa"
+    assert decide(rule, q, ("get_user", "cancel_reservation", "search_flights")).skill_id == "sb"
+    book = around(1, np.random.default_rng(6))
+    assert decide(rule, book, ("get_user", "search_flights")).skill_id == "bk"
+    assert decide(rule, book, ("get_user", "search_flights", "book_reservation")).skill_id == "bk"
+    assert decide(rule, book, ("get_user", "search_flights", "cancel_reservation")).intent != "book_reservation"
+
+
 def test_a_no_op_call_made_live_never_contradicts_an_intent() -> None:
     """Stored procedures leave no-op calls (``think``) out; ``prepare``'s calls made include them."""
     rule = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
