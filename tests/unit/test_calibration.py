@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skillflow.injection import calibration
 from skillflow.injection.calibration import Budget, Example, _records, fit, folds_by_group
@@ -95,6 +97,26 @@ def test_an_earlier_attempt_at_the_write_never_contradicts_its_intent() -> None:
     assert decide(rule, book, ("get_user", "search_flights")).skill_id == "bk"
     assert decide(rule, book, ("get_user", "search_flights", "book_reservation")).skill_id == "bk"
     assert decide(rule, book, ("get_user", "search_flights", "cancel_reservation")).intent != "book_reservation"
+
+
+_RULE = fit(history(), SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+_TOOLS = ["get_user", "get_reservation", "search_flights", "send_certificate", "cancel_reservation",
+          "book_reservation", "think"]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_TOOLS), max_size=8), st.integers(0, 2), st.integers(0, 10_000))
+def test_only_the_intents_own_write_is_exempt_from_the_contradiction(prefix: list[str], axis: int, seed: int) -> None:
+    """Whatever the calls made, an injected skill's intent had every other call (no-ops aside) before its write
+    in the history, and the chosen skill is one of that intent's."""
+    d = decide(_RULE, around(axis, np.random.default_rng(seed)), tuple(prefix))
+    if d.skill_id is None:
+        return
+    assert d.intent is not None
+    others = set(prefix) - {d.intent, "think"}
+    assert others <= set(_RULE.tools_before[d.intent]), (prefix, d)
+    assert d.skill_id in {s.skill_id for s in SKILLS if s.intent == d.intent}
+    assert "send_certificate" not in prefix  # no procedure ever made it: it contradicts every intent
 
 
 def test_a_no_op_call_made_live_never_contradicts_an_intent() -> None:
