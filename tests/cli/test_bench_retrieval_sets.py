@@ -85,3 +85,20 @@ def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeyp
     flat = " ".join(console.export_text().split())
     assert "every model call" in flat and "single-turn" in flat and "hindsight" in flat and "pooled" in flat
     assert "open hit" in flat and all("pre_write_open_P" in f for f in calls["tau-bench/execution"]["per_fold"])
+    assert json.loads(out.output)["every_call_cv"] == {}  # one split: no per-split table
+    # Several splits: each set's pooled figures on every seed and their mean, the first seed's equal to the
+    # per-fold run's pooled figures.
+    two = CliRunner().invoke(app, [*args, "--no-applicability-sets", "--cv-seeds", "0,2", "--json"])
+    assert two.exit_code == 0, two.output
+    doc = json.loads(two.output)
+    cv = doc["every_call_cv"]
+    assert set(cv) == {"tau-bench/execution", "tau-bench/reward"}
+    for name, rows in cv.items():
+        assert [r["seed"] for r in rows] == [0, 2, "mean"]
+        pooled = doc["every_call"][name]["pooled"]
+        assert all(rows[0][k] == pooled[k] for k in bench_retrieval.CV_FIGURES)
+        assert rows[2]["misleading"] == pytest.approx((rows[0]["misleading"] + rows[1]["misleading"]) / 2)
+        assert rows[0]["single_false"] == doc["every_call"][name]["single"]["false"]
+    bench_retrieval._print_every_call_cv(cv)
+    flat = " ".join(console.export_text().split())
+    assert "on each split" in flat and "mean" in flat

@@ -78,7 +78,8 @@ def bench_retrieval(
         typer.Option(
             "--every-call/--no-every-call",
             help="prepare() before every model call of the held-out τ-bench and API-Bank conversations, and on "
-            "their first requests alone (first --cv-seeds seed; τ-bench under both outcomes).",
+            "their first requests alone (τ-bench under both outcomes): per fold on the first --cv-seeds seed, "
+            "pooled on each seed with their mean.",
         ),
     ] = True,
     json: JsonOption = False,
@@ -113,6 +114,10 @@ def bench_retrieval(
     more = _applicability_sets(embedder, threshold, say) if sets else {}
     more.update(_api_bank(api_bank, embedder, threshold, say, seeds, cv))
     calls = _every_call(tau_bench, api_bank, embedder, say, seeds[0]) if every_call else {}
+    calls_cv: dict[str, list[dict[str, Any]]] = {}
+    if every_call and len(seeds) > 1:  # the split moves these figures more than most changes do (BENCHMARKS)
+        others = [(s, _every_call(tau_bench, api_bank, embedder, say, s)) for s in seeds[1:]]
+        calls_cv = _every_call_cv([(seeds[0], calls), *others])
     if json:
         doc = result.as_dict()
         doc["applicability"] = app_result.as_dict() if app_result else None
@@ -123,6 +128,7 @@ def bench_retrieval(
         }
         doc["prepare_ms"] = prepare_ms
         doc["every_call"] = {k: v.as_dict() for k, v in calls.items()}
+        doc["every_call_cv"] = calls_cv
         print_json(doc)
         return
     lat = Table(title=f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)")
@@ -154,6 +160,8 @@ def bench_retrieval(
         _print_cv(cv)
     if calls:
         _print_every_call(calls)
+    if calls_cv:
+        _print_every_call_cv(calls_cv)
 
 
 def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], None], seed: int) -> dict[str, Any]:
@@ -225,6 +233,38 @@ def _print_every_call(calls: dict[str, Any]) -> None:
                 f" wrong {sib['oracle_wrong']:.3f} (P {sib['oracle_P']}), false {sib['oracle_false']:.3f}"
                 f" (N {sib['oracle_N']})"
             )
+
+
+CV_FIGURES = ("pre_write_open_hit", "pre_write_hit", "pre_write_wrong", "pre_write_false", "misleading",
+              "no_write_share", "reinjections", "outside_gold", "reinforcement")  # fmt: skip
+
+
+def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Each set's pooled and single-turn figures on every split, then their mean (``seed`` = ``"mean"``)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for seed, calls in splits:
+        for name, r in calls.items():
+            row = {k: r.pooled[k] for k in CV_FIGURES}
+            row.update(single_wrong=r.single["wrong"], single_false=r.single["false"])
+            out.setdefault(name, []).append({"seed": seed, **row})
+    for rows in out.values():
+        keys = [k for k in rows[0] if k != "seed"]
+        rows.append({"seed": "mean", **{k: sum(r[k] for r in rows) / len(rows) for k in keys}})
+    return out
+
+
+def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
+    """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
+    table = Table(title="every model call, pooled, on each split (--cv-seeds) and their mean")
+    cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "no-write share",
+            "re-inject", "outside gold", "reinforce", "single wrong", "single false")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="right")
+    for name, rows in calls_cv.items():
+        for r in rows:
+            figures = (f"{r[k]:.3f}" for k in (*CV_FIGURES, "single_wrong", "single_false"))
+            table.add_row(name, str(r["seed"]), *figures)
+    console.print(table)
 
 
 def _seeds(raw: str) -> list[int]:
