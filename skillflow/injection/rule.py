@@ -129,9 +129,11 @@ def score(
     """(best label, its score, best other label's score, whether the label has a live skill)."""
     best = index.best(q)
     done = set(prefix)
-    for i, label in enumerate(index.labels):  # the calls already made contradict every procedure of the intent
+    # The calls already made contradict every procedure of the intent, the intent's own write aside: a write among
+    # them failed (a successful one ends the prefix), and the agent retrying it is still before that write.
+    for i, label in enumerate(index.labels):
         if label != NONE and done and not done - {label} <= tools_before.get(label, set()):
-            best[i] = -np.inf  # an attempt at the intent's own write failed (a success ends the prefix): no contradiction
+            best[i] = -np.inf
     live = np.isfinite(best)
     if index.w is not None and best[live].sum() > 0:  # probabilities: condition on the calls made
         best[live] /= best[live].sum()
