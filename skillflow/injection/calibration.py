@@ -7,8 +7,9 @@ to inject. Every request of the history is an exemplar labelled with its intent 
 live skill, else with ``NONE``: the tenant's own requests no skill answers compete with the skills, so a
 request that merely resembles them loses to its true neighbours. Classes ending in the same write form one
 intent. An intent is ruled out when the calls already made include one that never preceded its write in the
-history (the calls contradict it; a failed attempt at that write itself never does); within the intent, the skill whose procedure follows those calls most
-closely is injected (ties: the best success rate, then the most direct procedure). The fit is a grouped
+history (the calls contradict it; a failed attempt at that write itself never does); within the intent,
+the skill whose procedure follows those calls most closely is injected (ties: the best success rate, then
+the most direct procedure). The fit is a grouped
 cross-validation on the history (groups = conversations, never single runs): it chooses the view, the
 score, a margin over the runner-up label (``NONE`` included) and a floor per intent so that the inner-CV
 wrong and false injections stay within budget while hits are maximised. The score is the nearest exemplar
