@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -131,9 +131,10 @@ def bench_retrieval(
         doc["every_call_cv"] = calls_cv
         print_json(doc)
         return
-    lat = Table(title=f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)")
-    for col in ("skills", "vectors", "p50 ms", "p95 ms", "floor p50", "floor p95", "cold load ms"):
-        lat.add_column(col, justify="right")
+    lat = _table(
+        f"retrieval latency (SQLite, {result.vectors_per_skill} vectors/skill, excl. embedding)",
+        ("skills", "vectors", "p50 ms", "p95 ms", "floor p50", "floor p95", "cold load ms"),
+    )
     for r in result.latency:
         lat.add_row(
             f"{r.skills:,}", f"{r.vectors:,}", f"{r.p50_ms:.3f}", f"{r.p95_ms:.3f}",
@@ -143,9 +144,10 @@ def bench_retrieval(
     console.print(
         f"query embedding ({result.embedder}): p50 {result.embed_p50_ms:.2f} ms, p95 {result.embed_p95_ms:.2f} ms"
     )
-    prec = Table(title=f"precision on held-out paraphrases ({result.intents} intents, threshold {result.threshold})")
-    for col in ("skills/tenant", "queries", "precision@1", "hit@1", "wrong skill", "miss", "out-of-pool wrong"):
-        prec.add_column(col, justify="right")
+    prec = _table(
+        f"precision on held-out paraphrases ({result.intents} intents, threshold {result.threshold})",
+        ("skills/tenant", "queries", "precision@1", "hit@1", "wrong skill", "miss", "out-of-pool wrong"),
+    )
     for p in result.precision:
         oop = f"{p.out_of_pool_wrong_rate:.3f} of {p.out_of_pool_queries}"
         prec.add_row(
@@ -194,11 +196,9 @@ def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], Non
 
 def _print_every_call(calls: dict[str, Any]) -> None:
     """Per fold, pooled and the hindsight floor; then single-turn (targets in docs/BENCHMARKS.md)."""
-    table = Table(title="prepare() before every model call of unseen conversations (grouped 5-fold)")
     cols = ("set / outcome", "fold", "calls", "pre-write hit", "open hit", "wrong", "false", "misleading",
             "no-write share", "re-inject", "outside gold", "reinforce", "right write")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    table = _table("prepare() before every model call of unseen conversations (grouped 5-fold)", cols)
     for name, r in calls.items():
         rows = [*((str(k), f) for k, f in enumerate(r.per_fold)), ("pooled", r.pooled), ("hindsight", r.hindsight)]
         for fold, f in rows:
@@ -214,9 +214,10 @@ def _print_every_call(calls: dict[str, Any]) -> None:
                 f"{f['right_write_same']:.3f} of {f['right_writes']}" if gold else "-",
             )  # fmt: skip
     console.print(table)
-    single = Table(title="prepare(query) alone on the held-out first requests (single-turn)")
-    for col in ("set / outcome", "fold", "hit", "wrong", "false", "P / N"):
-        single.add_column(col, justify="right")
+    single = _table(
+        "prepare(query) alone on the held-out first requests (single-turn)",
+        ("set / outcome", "fold", "hit", "wrong", "false", "P / N"),
+    )
     for name, r in calls.items():
         for fold, f in [*((str(k), f) for k, f in enumerate(r.single_per_fold)), ("pooled", r.single)]:
             single.add_row(
@@ -255,16 +256,22 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
 
 def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
-    table = Table(title="every model call, pooled, on each split (--cv-seeds) and their mean")
     cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "no-write share",
             "re-inject", "outside gold", "reinforce", "single wrong", "single false")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:
             figures = (f"{r[k]:.3f}" for k in (*CV_FIGURES, "single_wrong", "single_false"))
             table.add_row(name, str(r["seed"]), *figures)
     console.print(table)
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A table of right-aligned columns (every bench table here)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    return table
 
 
 def _seeds(raw: str) -> list[int]:
@@ -348,9 +355,10 @@ def _applicability(
 
 def _print_cv(cv: dict[str, list[Any]]) -> None:
     """The fitted rule per grouped split and the mean over the splits."""
-    table = Table(title="fitted rule per grouped 5-fold split (seed) and the mean")
-    for col in ("set", "seed", "level", "hit@1", "wrong", "miss", "false-injection"):
-        table.add_column(col, justify="right")
+    table = _table(
+        "fitted rule per grouped 5-fold split (seed) and the mean",
+        ("set", "seed", "level", "hit@1", "wrong", "miss", "false-injection"),
+    )
     for name, runs in cv.items():
         for level in ("intent", "class"):
             rates = [r.rows["fitted"][level] for _, r in runs]
@@ -368,9 +376,10 @@ def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> No
         console.print("[yellow]τ-bench applicability skipped (corpus file not found)[/yellow]")
         return
     grouped = "" if "grouped by" in result.corpus or "rounds" in result.corpus else ", grouped by task"
-    table = Table(title=f"{result.corpus}: {result.segments} segments, {result.folds} folds{grouped}")
-    for col in ("rule", "level", "hit@1", "wrong", "miss", "false-injection", "P / N"):
-        table.add_column(col, justify="right")
+    table = _table(
+        f"{result.corpus}: {result.segments} segments, {result.folds} folds{grouped}",
+        ("rule", "level", "hit@1", "wrong", "miss", "false-injection", "P / N"),
+    )
     names = {
         "fitted": "fitted (product)",
         "hindsight": "hindsight floor (achievable)",
