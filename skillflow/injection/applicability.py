@@ -22,6 +22,7 @@ import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select
 
 from skillflow.injection.rule import NEVER, READ_ONLY, LiveSkill, Rule
+from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.kernel.state import changes_state
 from skillflow.storage.schema import applicability_rules, skillbox, workflow_memory
@@ -30,11 +31,6 @@ from skillflow.storage.schema import applicability_rules, skillbox, workflow_mem
 def intent_of(procedure: Sequence[str], declared: Mapping[str, bool] | None = None) -> str:
     """The state-changing call a procedure ends in, or ``read-only``."""
     return procedure[-1] if procedure and changes_state(procedure[-1], declared) else READ_ONLY
-
-
-def parse_sequence(tool_sequence: str | None) -> tuple[str, ...]:
-    """``a > b! > c`` (canonical.tool_sequence) → ``("a", "b", "c")``."""
-    return tuple(t.strip().rstrip("!") for t in (tool_sequence or "").split(">") if t.strip())
 
 
 def class_procedure(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> tuple[str, ...]:
@@ -49,7 +45,7 @@ def class_procedure(conn: Connection, agent_id: str, user_id: str, canonical_has
         .order_by(workflow_memory.c.created_at.desc())
         .limit(1)
     ).scalar()
-    return parse_sequence(seq)
+    return sequence_tools(seq)
 
 
 def live_skills(

@@ -29,10 +29,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from skillflow.injection.applicability import intent_of, parse_sequence
+from skillflow.injection.applicability import intent_of
 from skillflow.injection.calibration import Example
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.views import vectors
+from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import WorkflowOutcome
 
 
@@ -90,7 +91,7 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
     judged = requests(runs)
     out: list[Point] = []
     for i, r in enumerate(runs):
-        proc = parse_sequence(r.tool_sequence)
+        proc = sequence_tools(r.tool_sequence)
         span = judged[i]
         if not proc or not span or r.outcome == WorkflowOutcome.UNKNOWN.value:
             continue

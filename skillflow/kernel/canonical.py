@@ -125,6 +125,11 @@ def tool_sequence(units: Sequence[Unit]) -> str:
     return " > ".join(u.tool + ("!" if u.errored else "") for u in units)
 
 
+def sequence_tools(tool_sequence: str | None) -> tuple[str, ...]:
+    """The tools of a :func:`tool_sequence` in order, errored or not: ``a > b! > c`` → ``("a", "b", "c")``."""
+    return tuple(t.strip().rstrip("!") for t in (tool_sequence or "").split(">") if t.strip())
+
+
 def execution_succeeded(units: Sequence[Unit], execution_error: str | None) -> bool:
     """The default outcome (docs/design.md, Identity): no exception and no tool error left unrecovered."""
     return not execution_error and not any(u.errored for u in units)

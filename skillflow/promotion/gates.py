@@ -6,6 +6,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
 from skillflow.kernel.state import changes_state
@@ -69,13 +70,12 @@ def is_trivial(stats: ClassStats, declared: Mapping[str, bool] | None = None) ->
 
 def is_read_only(stats: ClassStats, declared: Mapping[str, bool] | None = None) -> bool:
     """A class none of whose calls changes state (declared flag, else the tool-name verb rule)."""
-    tools = [t.strip().removesuffix("!") for t in (stats.tool_sequence or "").split(" > ") if t.strip()]
-    return not any(changes_state(t, declared) for t in tools)
+    return not any(changes_state(t, declared) for t in sequence_tools(stats.tool_sequence))
 
 
 def calls_handoff(stats: ClassStats, handoffs: Collection[str]) -> bool:
     """A class one of whose calls is a tool the agent declared a hand-off."""
-    return any(t.strip().removesuffix("!") in handoffs for t in (stats.tool_sequence or "").split(" > "))
+    return any(t in handoffs for t in sequence_tools(stats.tool_sequence))
 
 
 def handoff_problem(tools: Iterable[str], handoffs: Collection[str]) -> str | None:
