@@ -137,6 +137,15 @@ def _row(engine: Engine, run_id: str) -> tuple[str, int] | None:
     return None if row is None else (row[0], row[1])
 
 
+def _sqlite_agent(tmp_path: Path) -> tuple[Path, Skillflow]:
+    """A migrated SQLite file and an agent handle on it (its own engine, the capture bounds of the environment)."""
+    db = tmp_path / "skillflow.db"
+    engine = make_engine(f"sqlite:///{db}")
+    migrate(engine)
+    engine.dispose()
+    return db, Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+
+
 @pytest.mark.usefixtures("short_timeouts")
 @pytest.mark.parametrize("mode", ["silent", "after_startup"])
 def test_a_postgres_server_that_never_answers_spools_the_run_within_the_bound(
@@ -171,11 +180,7 @@ def test_a_postgres_server_that_never_answers_spools_the_run_within_the_bound(
 def test_a_locked_sqlite_database_spools_within_the_capture_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "skillflow.db"
-    engine = make_engine(f"sqlite:///{db}")
-    migrate(engine)
-    engine.dispose()
-    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    db, agent = _sqlite_agent(tmp_path)
     locker = sqlite3.connect(db, timeout=0)
     locker.execute("BEGIN EXCLUSIVE")  # another writer holds the lock (30 s busy wait before)
     try:
@@ -262,11 +267,7 @@ def test_while_the_database_is_down_calls_stop_waiting_on_it_until_the_breaker_w
 @pytest.mark.usefixtures("short_timeouts")
 def test_the_breaker_closes_when_the_database_answers_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "1")
-    db = tmp_path / "skillflow.db"
-    engine = make_engine(f"sqlite:///{db}")
-    migrate(engine)
-    engine.dispose()
-    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    db, agent = _sqlite_agent(tmp_path)
     locker = sqlite3.connect(db, timeout=0)
     locker.execute("BEGIN EXCLUSIVE")
     try:
@@ -306,11 +307,7 @@ def test_during_an_outage_a_conversation_is_segmented_with_the_declared_flags_la
     """The declared state-changing flags cannot be read while the database is down: the handle segments with the
     ones it last read or registered, so the spooled procedures replay to the rows of a direct write."""
     monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "30")
-    db = tmp_path / "skillflow.db"
-    engine = make_engine(f"sqlite:///{db}")
-    migrate(engine)
-    engine.dispose()
-    agent = Skillflow(agent_id="agent", database_url=f"sqlite:///{db}", spool_dir=tmp_path / "spool")
+    db, agent = _sqlite_agent(tmp_path)
     agent.register_tools(["get_token", "lookup_order"], state_changing={"get_token": True})
     direct = agent.record_conversation(_token_conversation(1), "u1", conversation_id="up")
     assert [r.stored for r in direct] == [True, True]

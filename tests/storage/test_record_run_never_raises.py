@@ -130,6 +130,20 @@ STEP = st.fixed_dictionaries(
 STEPS = st.one_of(ANY, st.lists(STEP | ANY, max_size=4), st.lists(STEP, min_size=1, max_size=3))
 
 
+def _record(sf: Skillflow, args: dict[str, Any]) -> CaptureResult:
+    """``record_run`` with one value per parameter from ``args`` (FIELDS)."""
+    return sf.record_run(
+        args["query"],
+        args["user_id"],
+        args["steps"],
+        skills_activated=args["skills_activated"],
+        execution_error=args["execution_error"],
+        run_id=args["run_id"],
+        created_at=args["created_at"],
+        metadata=args["metadata"],
+    )
+
+
 @pytest.fixture(scope="module")
 def capture_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     eng = make_engine(f"sqlite:///{tmp_path_factory.mktemp('never-raises') / 'db.sqlite'}")
@@ -186,16 +200,7 @@ def test_record_run_returns_a_result_for_any_value(
 ) -> None:
     args = {f: arbitrary[f] if f in bad else valid[f] for f in FIELDS}
     sf = Skillflow(agent_id="agent", engine=capture_engine, spool_dir=Path(tmp_path_factory.getbasetemp()) / "spool")
-    result = sf.record_run(
-        args["query"],
-        args["user_id"],
-        args["steps"],
-        skills_activated=args["skills_activated"],
-        execution_error=args["execution_error"],
-        run_id=args["run_id"],
-        created_at=args["created_at"],
-        metadata=args["metadata"],
-    )
+    result = _record(sf, args)
     assert isinstance(result, CaptureResult)
     assert result.stored or result.error, "a run neither stored nor reported as an error was lost silently"
     assert not result.spooled  # the database is up: nothing may hide in the spool
@@ -287,16 +292,7 @@ def _while_the_database_is_down(
 ) -> None:
     args = {f: arbitrary[f] if f in bad else valid[f] for f in FIELDS}
     sf = Skillflow(agent_id="agent", database_url=down_url, spool_dir=spool)  # start-up fails: the breaker opens
-    result = sf.record_run(
-        args["query"],
-        args["user_id"],
-        args["steps"],
-        skills_activated=args["skills_activated"],
-        execution_error=args["execution_error"],
-        run_id=args["run_id"],
-        created_at=args["created_at"],
-        metadata=args["metadata"],
-    )
+    result = _record(sf, args)
     assert isinstance(result, CaptureResult) and not result.stored
     assert result.error, "a run neither stored nor reported as an error was lost silently"
     if result.spooled:
