@@ -2,17 +2,17 @@
 :mod:`skillflow.injection.rule`).
 
 The rule (docs/guide/runtime.md, "Which skill, or none") decides *which intent* a request belongs to — the
-state-changing call its procedure ends in, or ``read-only`` — and then *which live skill* of that intent
-to inject. Every request of the history is an exemplar labelled with its intent when that intent has a
-live skill, else with ``NONE``: the tenant's own requests no skill answers compete with the skills, so a
-request that merely resembles them loses to its true neighbours. Classes ending in the same write form one
-intent. An intent is ruled out when the calls already made include one that never preceded its write in the
-history (the calls contradict it; a failed attempt at that write itself never does); within the intent,
-the skill whose procedure follows those calls most closely is injected (ties: the best success rate, then
-the most direct procedure). The fit is a grouped
-cross-validation on the history (groups = conversations, never single runs): it chooses the view, the
-score, a margin over the runner-up label (``NONE`` included) and a floor per intent so that the inner-CV
-wrong and false injections stay within budget while hits are maximised. The score is the nearest exemplar
+state-changing call its procedure ends in, or ``read-only`` — and then *which live skill* of that intent to
+inject. Every request of the history is an exemplar labelled with its intent (``NONE`` when it ends without a
+write): the tenant's own requests no skill answers compete with the skills, so a request that merely resembles
+them loses to its true neighbours; an intent without a live skill is its own label and is never injected.
+Classes ending in the same write form one intent. An intent is ruled out when the calls already made include
+one that never preceded its write in the history (the calls contradict it; a failed attempt at that write
+itself never does); within the intent, the skill whose procedure follows those calls most closely is injected
+(ties: the best success rate, then the most direct procedure). The fit is a grouped cross-validation on the
+history (groups = conversations, never single runs): it chooses the view, the score, a margin over the
+runner-up label (``NONE`` included) and a floor per intent so that the inner-CV wrong and false injections stay
+within budget with a standard deviation to spare while hits are maximised. The score is the nearest exemplar
 (max cosine per label) or a regularised multinomial logistic regression over the view's vectors (labels =
 intents + ``NONE``, strength ``C`` from ``CS``): a label's score is then its probability, renormalised over
 the labels the calls leave, so the margin is p1 - p2 and the floors (and ``lower_bound``) apply to p1.
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from skillflow.injection.rule import NEVER, NONE, LiveSkill, Rule, Scores, by_intent, score
+from skillflow.injection.rule import NEVER, NONE, READ_ONLY, LiveSkill, Rule, Scores, by_intent, score
 from skillflow.kernel.config import PromotionConfig
 
 MARGINS = (0.0, 0.01, 0.02, 0.03, 0.05, 0.08)
@@ -57,7 +57,8 @@ UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative
 
 
 def taught(examples: Sequence[Example], skills: Sequence[LiveSkill]) -> list[Example]:
-    """What each example teaches the fit: its intent (``NONE`` when the intent has no live skill), except a failed
+    """What each example teaches the fit: its intent (its own label, injected only when it has a live skill;
+    ``NONE`` for ``read-only``), except a failed
     run whose procedure is a live skill's own. That procedure was followed there and failed, so its request is
     one where the skill should not be injected — injecting it would reinforce the mistake: a negative, labelled
     :data:`UNSUCCESSFUL`. A failed run by another procedure keeps its intent: its request is still one for the
@@ -176,8 +177,15 @@ def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
     return out
 
 
-def _labels(skills: Sequence[LiveSkill]) -> list[str]:
-    return [*sorted({s.intent for s in skills}), NONE]
+def _labels(skills: Sequence[LiveSkill], examples: Sequence[Example] = ()) -> list[str]:
+    """The classifier's labels: every intent of a live skill, every other intent the history shows (its own label,
+    never injected), then ``NONE`` (read-only requests and the failed runs that teach a negative)."""
+    own = {e.intent for e in examples if e.intent not in (READ_ONLY, UNSUCCESSFUL, NONE)}
+    return [*sorted({s.intent for s in skills} | own), NONE]
+
+
+def _label(example: Example, labels: Collection[str]) -> str:
+    return example.intent if example.intent in labels else NONE
 
 
 def _merged(vecs: Sequence[np.ndarray], lab: Sequence[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -252,7 +260,7 @@ def _records_each(
 ) -> list[_Records]:
     """Inner-CV records of one view for each score, the folds' matrices and spans built once."""
     intents = by_intent(skills)
-    labels = _labels(skills)
+    labels = _labels(skills, examples)
     rows: list[list[tuple[str, float, float, bool, bool, bool]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
         held = set(fold)
@@ -260,9 +268,7 @@ def _records_each(
         train = [e for e in seen if e.trains]
         if not train:
             continue
-        vecs, lab, wts = _merged(
-            [e.vectors[view] for e in train], [e.intent if e.intent in intents else NONE for e in train]
-        )
+        vecs, lab, wts = _merged([e.vectors[view] for e in train], [_label(e, labels) for e in train])
         basis = _span(vecs) if any(c is not None for c in strengths) else None
         before = _tools_before(seen)
         start = None
@@ -284,8 +290,13 @@ def _records_each(
     return out
 
 
-def _feasible(c: tuple[int, int, int], r: _Records, b: Budget) -> bool:
-    return c[1] <= b.wrong * r.n_pos and c[2] <= b.false * r.n_neg
+def _within(counts: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Whether each row of (hits, wrong, false) counts keeps its wrong and false within ``limit`` with a standard
+    deviation to spare (count + sqrt(count)): the fit keeps the setting with the most inner-CV hits among many, so
+    the winner's inner-CV error counts are optimistic out of sample (docs/guide/runtime.md, "Which skill, or
+    none"). A setting with no error stays within any budget, as injecting nothing always does."""
+    errors = counts[..., 1:].astype(np.float64)
+    return np.asarray((errors + np.sqrt(errors) <= limit[1:]).all(axis=-1))
 
 
 class _Tail:
@@ -309,12 +320,12 @@ def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[
 
     For each margin: the lowest single floor within budget, then per-intent floors by coordinate ascent (each
     intent's floor moved to the first of its candidate floors that adds the most hits within budget)."""
-    intents = sorted({str(x) for x in r.lab if x != NONE})
+    intents = sorted({str(x) for x in r.lab[r.has_skill]})  # labels without a live skill are never injected
     limit = np.asarray([np.inf, budget.wrong * r.n_pos, budget.false * r.n_neg])
     best: tuple[tuple[int, float], float, dict[str, float], tuple[int, int, int]] | None = None
     for m in MARGINS:
-        sel = (r.lab != NONE) & (r.gap >= m) & (r.s1 >= lower)
-        eligible = (r.lab != NONE) & r.has_skill & (r.gap >= m)
+        sel = r.has_skill & (r.gap >= m) & (r.s1 >= lower)
+        eligible = r.has_skill & (r.gap >= m)
         pos_hit, pos_miss = r.positive & r.hit, r.positive & ~r.hit
         tails = {}
         for intent in intents:
@@ -322,7 +333,7 @@ def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[
             tails[intent] = _Tail(r.s1[e], pos_hit[e], pos_miss[e], ~r.positive[e])
         grid = np.asarray([NEVER, *sorted({float(x) for x in r.s1[sel]}, reverse=True)])
         every = sum((t.at(grid) for t in tails.values()), np.zeros((len(grid), 3), dtype=np.int64))
-        within = np.flatnonzero((every <= limit).all(axis=1))  # feasibility only shrinks as the floor falls
+        within = np.flatnonzero(_within(every, limit))  # feasibility only shrinks as the floor falls
         base = float(grid[within[-1]]) if len(within) else NEVER
         cur = every[within[-1]] if len(within) else np.zeros(3, dtype=np.int64)
         floors = dict.fromkeys(intents, base)
@@ -334,7 +345,7 @@ def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[
                 cand = np.asarray([NEVER, *sorted({float(x) for x in r.s1[own]}, reverse=True)])
                 tail = tails[intent]
                 trial = cur - tail.at(np.asarray([floors[intent]]))[0] + tail.at(cand)
-                ok = np.flatnonzero((trial <= limit).all(axis=1))
+                ok = np.flatnonzero(_within(trial, limit))
                 if len(ok) and trial[ok, 0].max() > cur[0]:
                     j = ok[int(np.argmax(trial[ok, 0]))]  # the first candidate with the most hits
                     floors, cur = dict(floors, **{intent: float(cand[j])}), trial[j]
@@ -396,11 +407,9 @@ def fit(
         rule = nothing("no setting injects within budget on the history", skills, lower_bound, dim)
         rule.inner = inner
         return rule
-    labels = _labels(skills)
+    labels = _labels(skills, examples)
     newest = [e for e in reversed(examples) if e.trains]  # examples arrive oldest first
-    vecs, lab, wts = _merged(
-        [e.vectors[view] for e in newest], [e.intent if e.intent in intents else NONE for e in newest]
-    )
+    vecs, lab, wts = _merged([e.vectors[view] for e in newest], [_label(e, labels) for e in newest])
     if strength is None:  # the nearest exemplar is stored: the newest distinct exemplars, a bounded number per label
         seen: dict[str, int] = {}
         pick = []

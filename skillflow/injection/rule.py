@@ -164,12 +164,14 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: boo
     label, s1, s2, has = score(index, q, prefix, choosers, before)
     if label == NONE:
         return Decision(None, None, s1, s2, "nearest requests have no skill" if np.isfinite(s1) else "contradicted")
+    if not has:  # an intent the history shows that no live skill serves: its own label, never injected
+        return Decision(None, label, s1, s2, "no live skill of the intent")
     floor = max(rule.floors.get(label, NEVER), rule.lower_bound) if floors else -np.inf
     if s1 < floor:
         return Decision(None, label, s1, s2, "below the intent's floor")
     if floors and s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
-    skill = choosers[label].choose(tuple(t for t in prefix if t != label)) if has else None  # not a failed attempt
+    skill = choosers[label].choose(tuple(t for t in prefix if t != label))  # an earlier attempt is not a step
     if skill is None:
         return Decision(None, label, s1, s2, "no live skill of the intent")
     return Decision(skill.skill_id, label, s1, s2, "injected")

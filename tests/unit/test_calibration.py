@@ -205,13 +205,65 @@ def test_inner_cv_counts_stay_within_the_budgets(overlap: float) -> None:
     budget = Budget(wrong=0.02, false=0.05, min_negatives=5)
     rule = fit(history(seed=3, n=40, overlap=overlap), SKILLS, ["v"], budget, lower_bound=0.0)
     inner = rule.inner
-    assert inner["wrong"] <= budget.wrong * inner["positives"]
-    assert inner["false"] <= budget.false * inner["negatives"]
+    assert inner["wrong"] + inner["wrong"] ** 0.5 <= budget.wrong * inner["positives"]
+    assert inner["false"] + inner["false"] ** 0.5 <= budget.false * inner["negatives"]
     # Re-scoring the inner records at the fitted setting reproduces the reported counts (no hard-coded result).
     if rule.injects:
         r = _records(history(seed=3, n=40, overlap=overlap), SKILLS, "v", budget, rule.strength)
         fv = np.array([rule.floors.get(str(lab), np.inf) for lab in r.lab])
         assert r.counts(rule.margin, fv) == (inner["hits"], inner["wrong"], inner["false"])
+
+
+def _records_of(scores: list[float], kinds: str) -> calibration._Records:
+    """Inner-CV records of one intent ``x``: ``h`` a hit, ``w`` another intent's request, ``f`` a request without a
+    skill, ``n`` a request without a skill that ``NONE`` won."""
+    lab = np.asarray([NONE if k == "n" else "x" for k in kinds])
+    positive = np.asarray([k in "hw" for k in kinds])
+    return calibration._Records(
+        lab, np.asarray(scores), np.ones(len(kinds)), lab != NONE, positive, np.asarray([k == "h" for k in kinds])
+    )
+
+
+def test_the_floors_keep_a_standard_deviation_of_the_inner_cv_errors_within_budget() -> None:
+    """100 positives at wrong budget 0.03 allow 3 wrong injections on the inner-CV counts, but the winner of a
+    search over many settings is optimistic out of sample: the floor stops where wrong + sqrt(wrong) reaches
+    the budget (one wrong: 2), not where the count does (three)."""
+    kinds = "".join("w" if i in (10, 20, 30) else "h" for i in range(100)) + "n" * 40
+    scores = [1.0 - i / 200 for i in range(100)] + [0.2] * 40
+    _, floors, counts = calibration._fit_floors(_records_of(scores, kinds), Budget(), 0.0)
+    assert counts == (19, 1, 0)  # every hit above the second wrong injection, the first wrong one included
+    assert floors["x"] == pytest.approx(1.0 - 19 / 200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.sampled_from("hwfn")), min_size=1, max_size=120))
+def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str]]) -> None:
+    r = _records_of([x for x, _ in rows], "".join(k for _, k in rows))
+    budget = Budget(wrong=0.2, false=0.3)  # loose budgets: a few rows already allow an error or two
+    _, floors, (hits, wrong, false) = calibration._fit_floors(r, budget, 0.0)
+    assert wrong + wrong**0.5 <= budget.wrong * r.n_pos + 1e-9
+    assert false + false**0.5 <= budget.false * r.n_neg + 1e-9
+    fv = np.asarray([floors.get(str(x), np.inf) for x in r.lab])
+    assert r.counts(0.0, fv) == (hits, wrong, false)  # the gap is 1 everywhere: every margin passes
+
+
+def test_an_intent_without_a_live_skill_is_its_own_label_and_is_never_injected() -> None:
+    """A request of an intent no live skill serves is labelled with that intent, not folded into NONE: it is
+    learnt apart from the intents it resembles, and when it wins, nothing is injected."""
+    rng = np.random.default_rng(11)
+    change = [
+        Example(f"u{i}", "update_reservation", "change", {"v": around(3, rng)}, ("get_user", "search_flights"))
+        for i in range(20)
+    ]
+    data = [Example(e.group, e.intent, e.klass, {"v": e.vectors["v"]}, e.prefix) for e in history()] + change
+    rule = fit(data, SKILLS, ["v"], Budget(min_negatives=5), lower_bound=0.0)
+    assert rule.labels == ["book_reservation", "cancel_reservation", "update_reservation", NONE]
+    assert set(rule.floors) == {"book_reservation", "cancel_reservation"}  # floors only for what can be injected
+    d = decide(rule, around(3, np.random.default_rng(12)))
+    assert (d.skill_id, d.intent, d.reason) == (None, "update_reservation", "no live skill of the intent")
+    assert decide(rule, around(0, np.random.default_rng(12))).skill_id in {"sa", "sb"}
+    # A failed run of a live skill's own procedure and a read-only request still teach NONE, not a label.
+    assert "read-only" not in rule.labels and calibration.UNSUCCESSFUL not in rule.labels
 
 
 def test_a_tighter_false_budget_never_injects_more() -> None:
