@@ -271,7 +271,9 @@ def offline_run(minilm: Embedder, tmp_path_factory: pytest.TempPathFactory) -> t
     workdir = tmp_path_factory.mktemp("eval")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SKILLFLOW_EMBEDDER", "hashing")  # the training DB's own vectors; the arms use MiniLM
-        settings = load_eval_settings(cases=2, training_runs=150, phrasing="seen")
+        # Four requests per intent: on two the rule's floors (a standard deviation to spare over 51 negatives)
+        # happened to leave every request below them; the assertions below hold for any number.
+        settings = load_eval_settings(cases=4, training_runs=150, phrasing="seen")
         result = run_evaluation(settings, embedder=minilm, workdir=workdir)
     return result, workdir
 
@@ -292,6 +294,8 @@ def test_offline_end_to_end_at_the_production_configuration(offline_run: tuple[E
         finally:
             engine.dispose()
     agg = result.aggregate()
+    n = sum(1 for r in result.results if r.arm == "no_memory")  # requests, each run once per arm
+    assert n == 12
     assert set(agg) == {"baseline", "skill_user", "skill_developer", "no_memory"}
     assert agg["baseline"]["raw_workflow_prompt_rate"] == 1.0 and agg["baseline"]["skill_prompt_rate"] == 0.0
     assert agg["skill_user"]["raw_workflow_prompt_rate"] == 0.0 == agg["skill_developer"]["raw_workflow_prompt_rate"]
@@ -299,7 +303,7 @@ def test_offline_end_to_end_at_the_production_configuration(offline_run: tuple[E
         assert agg[arm]["skill_prompt_rate"] > 0 and agg[arm]["wrong_skill_rate"] == 0.0
         assert agg[arm]["target_skill_rate"] == agg[arm]["skill_prompt_rate"]
         without = sum(1 for r in result.results if r.arm == arm and not r.skills_in_prompt)
-        assert f"{arm}: no skill injected for {without}/6 request(s)" in result.notes
+        assert f"{arm}: no skill injected for {without}/{n} request(s)" in result.notes
     dev = agg["skill_developer"]
     assert (
         dev["developer_message_rate"] == dev["skill_prompt_rate"] and agg["skill_user"]["developer_message_rate"] == 0
@@ -322,11 +326,11 @@ def test_offline_end_to_end_at_the_production_configuration(offline_run: tuple[E
     for arm, per in out["baseline"].items():
         task = per["task_accuracy"]
         rows = [r for r in result.case_rows() if r["arm"] == arm]
-        assert task["pairs"] == 6 == task["better"] + task["equal"] + task["worse"]
+        assert task["pairs"] == n == task["better"] + task["equal"] + task["worse"]
         assert task["worse"] == sum(r["vs_baseline"] == "worse" for r in rows)
-        assert task["regression_rate"] == task["worse"] / 6
+        assert task["regression_rate"] == task["worse"] / n
     for arm in ("skill_user", "skill_developer"):
-        assert out["baseline"][arm]["task_accuracy"]["worse"] == 6 * (1 - agg[arm]["skill_prompt_rate"])
+        assert out["baseline"][arm]["task_accuracy"]["worse"] == round(n * (1 - agg[arm]["skill_prompt_rate"]))
         assert out["no_memory"][arm]["task_accuracy"]["worse"] == 0
     assert out["baseline"]["no_memory"]["task_accuracy"]["regression_rate"] == 1.0
     summary = json.loads(json.dumps(result.summary()))
