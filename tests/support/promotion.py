@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from sqlalchemy import Engine, func, select, true
@@ -40,7 +42,10 @@ def config(**overrides: Any) -> PromotionConfig:
 
 
 def agent(engine: Engine, evaluator: Any = None, **overrides: Any) -> Skillflow:
-    sf = Skillflow(agent_id=AGENT, engine=engine, config=config(**overrides), workflow_outcome_evaluator=evaluator)
+    # The capture bound (2 s by default, read when the handle is made) is the fault tests' subject, not these
+    # tests': on a host loaded by the fleet tests a PostgreSQL capture can pass 2 s and be spooled.
+    with patch.dict(os.environ, {"SKILLFLOW_CAPTURE_TIMEOUT_SECONDS": "60"}):
+        sf = Skillflow(agent_id=AGENT, engine=engine, config=config(**overrides), workflow_outcome_evaluator=evaluator)
     sf.register_tools(TOOLS)
     return sf
 
