@@ -15,6 +15,7 @@ from skillflow.kernel.models import InjectionRole, SkillStatus, Step, utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import workflow_memory
 from skillflow.storage.skills import SkillRecord, insert_skill
+from tests.support import patient_capture
 
 AGENT = "agent"
 USER = "u1"
@@ -51,13 +52,14 @@ def business(workflow: Workflow) -> bool | None:
 
 
 def sf(engine: Engine, cfg: PromotionConfig | None = None, agent: str = AGENT) -> Skillflow:
-    flow = Skillflow(
-        agent_id=agent,
-        engine=engine,
-        config=cfg or config(),
-        continual_learning=True,
-        workflow_outcome_evaluator=business,
-    )
+    with patient_capture():
+        flow = Skillflow(
+            agent_id=agent,
+            engine=engine,
+            config=cfg or config(),
+            continual_learning=True,
+            workflow_outcome_evaluator=business,
+        )
     flow.register_tools([*CANCEL_TOOLS, "think"])
     return flow
 

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timedelta
 from typing import Any
-from unittest.mock import patch
 
 import pytest
 from sqlalchemy import Engine, func, select, true
@@ -14,6 +12,7 @@ from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import metadata
+from tests.support import patient_capture
 
 AGENT = "agent-a"
 TOOLS = ["get_reservation_details", "cancel_reservation", "lookup_order", "charge_payment", "search_flights"]
@@ -42,9 +41,7 @@ def config(**overrides: Any) -> PromotionConfig:
 
 
 def agent(engine: Engine, evaluator: Any = None, **overrides: Any) -> Skillflow:
-    # The capture bound (2 s by default, read when the handle is made) is the fault tests' subject, not these
-    # tests': on a host loaded by the fleet tests a PostgreSQL capture can pass 2 s and be spooled.
-    with patch.dict(os.environ, {"SKILLFLOW_CAPTURE_TIMEOUT_SECONDS": "60"}):
+    with patient_capture():
         sf = Skillflow(agent_id=AGENT, engine=engine, config=config(**overrides), workflow_outcome_evaluator=evaluator)
     sf.register_tools(TOOLS)
     return sf
