@@ -58,12 +58,11 @@ UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative
 
 def taught(examples: Sequence[Example], skills: Sequence[LiveSkill]) -> list[Example]:
     """What each example teaches the fit: its intent (its own label, injected only when it has a live skill;
-    ``NONE`` for ``read-only``), except a failed
-    run whose procedure is a live skill's own. That procedure was followed there and failed, so its request is
-    one where the skill should not be injected — injecting it would reinforce the mistake: a negative, labelled
-    :data:`UNSUCCESSFUL`. A failed run by another procedure keeps its intent: its request is still one for the
-    intent, done the wrong way, which is what the skill is for (docs/guide/runtime.md, "Which skill, or
-    none")."""
+    ``NONE`` for ``read-only``), except a failed run whose procedure is a live skill's own. That procedure was
+    followed there and failed, so its request is one where the skill should not be injected — injecting it would
+    reinforce the mistake: a negative, labelled :data:`UNSUCCESSFUL`. A failed run by another procedure keeps its
+    intent: its request is still one for the intent, done the wrong way, which is what the skill is for
+    (docs/guide/runtime.md, "Which skill, or none")."""
     own = {(s.intent, s.canonical_hash) for s in skills}
     return [replace(e, intent=UNSUCCESSFUL) if e.failed and (e.intent, e.klass) in own else e for e in examples]
 
@@ -177,7 +176,7 @@ def _tools_before(examples: Sequence[Example]) -> dict[str, set[str]]:
     return out
 
 
-def _labels(skills: Sequence[LiveSkill], examples: Sequence[Example] = ()) -> list[str]:
+def _labels(skills: Sequence[LiveSkill], examples: Sequence[Example]) -> list[str]:
     """The classifier's labels: every intent of a live skill, every other intent the history shows (its own label,
     never injected), then ``NONE`` (read-only requests and the failed runs that teach a negative)."""
     own = {e.intent for e in examples if e.intent not in (READ_ONLY, UNSUCCESSFUL, NONE)}
@@ -237,7 +236,7 @@ class _Records:
         return int((~self.positive).sum())
 
     def counts(self, margin: float, floor: np.ndarray) -> tuple[int, int, int]:
-        inj = (self.lab != NONE) & self.has_skill & (self.gap >= margin) & (self.s1 >= floor)
+        inj = self.has_skill & (self.gap >= margin) & (self.s1 >= floor)  # NONE never has a skill
         hits = int((inj & self.positive & self.hit).sum())
         wrong = int((inj & self.positive & ~self.hit).sum())
         false = int((inj & ~self.positive).sum())
@@ -324,8 +323,8 @@ def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[
     limit = np.asarray([np.inf, budget.wrong * r.n_pos, budget.false * r.n_neg])
     best: tuple[tuple[int, float], float, dict[str, float], tuple[int, int, int]] | None = None
     for m in MARGINS:
-        sel = r.has_skill & (r.gap >= m) & (r.s1 >= lower)
         eligible = r.has_skill & (r.gap >= m)
+        sel = eligible & (r.s1 >= lower)
         pos_hit, pos_miss = r.positive & r.hit, r.positive & ~r.hit
         tails = {}
         for intent in intents:
