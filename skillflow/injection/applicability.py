@@ -91,6 +91,7 @@ def rule_document(rule: Rule) -> dict[str, Any]:
         "view": rule.view,
         "margin": rule.margin,
         "floors": {k: (None if v == NEVER else v) for k, v in rule.floors.items()},
+        "opening_floors": {k: (None if v == NEVER else v) for k, v in rule.opening_floors.items()},
         "lower_bound": rule.lower_bound,
         "labels": rule.labels,
         "dim": int(rule.exemplars.shape[1]) if rule.exemplars.ndim == 2 else 0,
@@ -143,6 +144,7 @@ def rule_from_document(doc: Mapping[str, Any]) -> Rule:
         else None,
         bias=np.frombuffer(base64.b64decode(doc["bias"]), np.float64) if doc.get("bias") else None,
         strength=doc.get("strength"),
+        opening_floors={k: (NEVER if v is None else float(v)) for k, v in (doc.get("opening_floors") or {}).items()},
     )
 
 

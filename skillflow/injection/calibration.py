@@ -12,7 +12,9 @@ itself never does); within the intent, the skill whose procedure follows those c
 (ties: the best success rate, then the most direct procedure). The fit is a grouped cross-validation on the
 history (groups = conversations, never single runs): it chooses the view, the score, a margin over the
 runner-up label (``NONE`` included) and a floor per intent so that the inner-CV wrong and false injections stay
-within budget with a standard deviation to spare while hits are maximised. The score is the nearest exemplar
+within budget with a standard deviation to spare while hits are maximised; openings (one user message, no call
+made since the last write: every request of a single-turn agent) keep the budgets on their own too, through
+floors for openings only where the intents' floors do not. The score is the nearest exemplar
 (max cosine per label) or a regularised multinomial logistic regression over the view's vectors (labels =
 intents + ``NONE``, strength ``C`` from ``CS``): a label's score is then its probability, renormalised over
 the labels the calls leave, so the margin is p1 - p2 and the floors (and ``lower_bound``) apply to p1.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -51,6 +53,7 @@ class Example:
     prefix: tuple[str, ...] = ()  # tools called before it since the last state-changing call, in order
     trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
     failed: bool = False  # its run failed (see :func:`taught`)
+    opening: bool = False  # one user message, no call since the last write: the form a single-turn request has
 
 
 UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative: never an intent, so NONE
@@ -226,6 +229,7 @@ class _Records:
     has_skill: np.ndarray
     positive: np.ndarray  # the example's intent has a live skill
     hit: np.ndarray  # the chosen intent is the example's intent
+    opening: np.ndarray  # the example is an opening (:attr:`Example.opening`)
 
     @property
     def n_pos(self) -> int:
@@ -260,7 +264,7 @@ def _records_each(
     """Inner-CV records of one view for each score, the folds' matrices and spans built once."""
     intents = by_intent(skills)
     labels = _labels(skills, examples)
-    rows: list[list[tuple[str, float, float, bool, bool, bool]]] = [[] for _ in strengths]
+    rows: list[list[tuple[str, float, float, bool, bool, bool, bool]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
         held = set(fold)
         seen = [e for i, e in enumerate(examples) if i not in held]
@@ -277,12 +281,12 @@ def _records_each(
             for i in fold:
                 ex = examples[i]
                 label, s1, s2, has = score(index, ex.vectors[view], ex.prefix, intents, before)
-                rows[k].append((label, s1, s1 - s2, has, ex.intent in intents, label == ex.intent))
+                rows[k].append((label, s1, s1 - s2, has, ex.intent in intents, label == ex.intent, ex.opening))
     out = []
     for r in rows:
         if not r:
             e = np.empty(0)
-            out.append(_Records(e.astype(str), e, e, e.astype(bool), e.astype(bool), e.astype(bool)))
+            out.append(_Records(e.astype(str), e, e, *(e.astype(bool) for _ in range(4))))
             continue
         cols = list(zip(*r, strict=True))
         out.append(_Records(*(np.asarray(col) for col in cols)))
@@ -314,46 +318,120 @@ class _Tail:
         return self.suffix[np.searchsorted(self.s1, floors, side="left")]
 
 
-def _fit_floors(r: _Records, budget: Budget, lower: float) -> tuple[float, dict[str, float], tuple[int, int, int]]:
-    """Best (margin, per-intent floors, counts): the most hits within budget, then the smallest margin.
+class _Floors(NamedTuple):
+    """What :func:`_fit_floors` chose: the margin, a floor per intent, the floors openings are held to (higher
+    ones only), and the inner-CV (hits, wrong, false) over every example and over the openings."""
 
-    For each margin: the lowest single floor within budget, then per-intent floors by coordinate ascent (each
-    intent's floor moved to the first of its candidate floors that adds the most hits within budget)."""
+    margin: float
+    floors: dict[str, float]
+    openings: dict[str, float]
+    counts: tuple[int, int, int]
+    opening_counts: tuple[int, int, int]
+
+
+def _counts(r: _Records, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (hit, wrong, false) indicators of the records in ``mask`` (the columns a :class:`_Tail` sums)."""
+    return (r.positive & r.hit)[mask], (r.positive & ~r.hit)[mask], (~r.positive)[mask]
+
+
+def _ascend(
+    intents: Sequence[str],
+    tails: Mapping[str, _Tail],
+    candidates: Mapping[str, tuple[np.ndarray, int]],
+    floors: dict[str, float],
+    cur: np.ndarray,
+    limit: np.ndarray,
+) -> tuple[dict[str, float], np.ndarray]:
+    """Per-intent floors by coordinate ascent from ``floors`` (counts ``cur``): each intent's floor moved to the
+    first of its candidate floors that adds the most hits within ``limit``; ``candidates`` holds each intent's
+    floors and the number of records they come from, and an intent with fewer than
+    :data:`MIN_INTENT_CANDIDATES` records keeps its floor."""
+    for _ in range(2):
+        for intent in intents:
+            cand, records = candidates[intent]
+            if records < MIN_INTENT_CANDIDATES:
+                continue
+            tail = tails[intent]
+            trial = cur - tail.at(np.asarray([floors[intent]]))[0] + tail.at(cand)
+            ok = np.flatnonzero(_within(trial, limit))
+            if len(ok) and trial[ok, 0].max() > cur[0]:
+                j = ok[int(np.argmax(trial[ok, 0]))]  # the first candidate with the most hits
+                floors, cur = dict(floors, **{intent: float(cand[j])}), trial[j]
+    return floors, cur
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """``NEVER`` and the distinct ``values``, highest first: the floors worth trying."""
+    return np.asarray([NEVER, *sorted({float(x) for x in values}, reverse=True)])
+
+
+def _candidates(values: np.ndarray) -> tuple[np.ndarray, int]:
+    return _descending(values), len(values)
+
+
+def _openings(
+    r: _Records, eligible: np.ndarray, lower: float, floors: Mapping[str, float], budget: Budget
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """Floors for openings, each at least its intent's floor, that keep the openings' own inner-CV errors within
+    the budgets (their own positives and negatives, with the spare): a single-turn agent's requests are all
+    openings, so they are budgeted on their own rather than diluted among every call (docs/guide/runtime.md,
+    "Which skill, or none"). Returns the floors and the openings' counts at the intents' floors and at these."""
+    mask = eligible & r.opening
+    intents = sorted(floors)
+    tails = {i: _Tail(r.s1[m], *_counts(r, m)) for i in intents for m in [mask & (r.lab == i)]}
+    zero = np.zeros(3, dtype=np.int64)
+    base = sum((tails[i].at(np.asarray([floors[i]]))[0] for i in intents), zero)
+    n_pos = int((r.positive & r.opening).sum())
+    n_neg = int((~r.positive & r.opening).sum())
+    limit = np.asarray([np.inf, budget.wrong * n_pos, budget.false * n_neg])
+    if _within(base, limit):
+        return dict(floors), base, base
+    # One raise for every intent first (the lowest within budget), then per intent.
+    grid = _descending(r.s1[mask & (r.s1 >= lower)])
+    every = sum((tails[i].at(np.maximum(grid, floors[i])) for i in intents), np.zeros((len(grid), 3), np.int64))
+    within = np.flatnonzero(_within(every, limit))
+    g = float(grid[within[-1]]) if len(within) else NEVER
+    raised = {i: max(floors[i], g) for i in intents}
+    cur = every[within[-1]] if len(within) else zero
+    candidates = {i: _candidates(r.s1[mask & (r.lab == i) & (r.s1 >= max(floors[i], lower))]) for i in intents}
+    raised, cur = _ascend(intents, tails, candidates, raised, cur, limit)
+    return raised, base, cur
+
+
+def _fit_floors(r: _Records, budget: Budget, lower: float) -> _Floors:
+    """Best margin and floors: the most hits within budget, then the smallest margin.
+
+    For each margin: the lowest single floor within budget, then per-intent floors by coordinate ascent, then
+    the floors openings are held to (:func:`_openings`); the hits counted are those left after them."""
     intents = sorted({str(x) for x in r.lab[r.has_skill]})  # labels without a live skill are never injected
     limit = np.asarray([np.inf, budget.wrong * r.n_pos, budget.false * r.n_neg])
-    best: tuple[tuple[int, float], float, dict[str, float], tuple[int, int, int]] | None = None
+    best: tuple[tuple[int, float], _Floors] | None = None
     for m in MARGINS:
         eligible = r.has_skill & (r.gap >= m)
         sel = eligible & (r.s1 >= lower)
-        pos_hit, pos_miss = r.positive & r.hit, r.positive & ~r.hit
-        tails = {}
-        for intent in intents:
-            e = eligible & (r.lab == intent)
-            tails[intent] = _Tail(r.s1[e], pos_hit[e], pos_miss[e], ~r.positive[e])
-        grid = np.asarray([NEVER, *sorted({float(x) for x in r.s1[sel]}, reverse=True)])
+        tails = {i: _Tail(r.s1[e], *_counts(r, e)) for i in intents for e in [eligible & (r.lab == i)]}
+        grid = _descending(r.s1[sel])
         every = sum((t.at(grid) for t in tails.values()), np.zeros((len(grid), 3), dtype=np.int64))
         within = np.flatnonzero(_within(every, limit))  # feasibility only shrinks as the floor falls
         base = float(grid[within[-1]]) if len(within) else NEVER
         cur = every[within[-1]] if len(within) else np.zeros(3, dtype=np.int64)
-        floors = dict.fromkeys(intents, base)
-        for _ in range(2):  # per-intent floors: coordinate ascent from the global floor
-            for intent in intents:
-                own = sel & (r.lab == intent)
-                if own.sum() < MIN_INTENT_CANDIDATES:
-                    continue
-                cand = np.asarray([NEVER, *sorted({float(x) for x in r.s1[own]}, reverse=True)])
-                tail = tails[intent]
-                trial = cur - tail.at(np.asarray([floors[intent]]))[0] + tail.at(cand)
-                ok = np.flatnonzero(_within(trial, limit))
-                if len(ok) and trial[ok, 0].max() > cur[0]:
-                    j = ok[int(np.argmax(trial[ok, 0]))]  # the first candidate with the most hits
-                    floors, cur = dict(floors, **{intent: float(cand[j])}), trial[j]
-        key = (int(cur[0]), -m)
+        candidates = {i: _candidates(r.s1[sel & (r.lab == i)]) for i in intents}
+        floors, cur = _ascend(intents, tails, candidates, dict.fromkeys(intents, base), cur, limit)
+        floors = {i: max(f, lower) for i, f in floors.items()}
+        opening, before, after = _openings(r, eligible, lower, floors, budget)
+        cur = cur - before + after
+        fitted = _Floors(
+            m,
+            floors,
+            {i: f for i, f in opening.items() if f > floors[i]},
+            (int(cur[0]), int(cur[1]), int(cur[2])),
+            (int(after[0]), int(after[1]), int(after[2])),
+        )
+        key = (fitted.counts[0], -m)
         if best is None or key > best[0]:
-            best = (key, m, floors, (int(cur[0]), int(cur[1]), int(cur[2])))
+            best = (key, fitted)
     assert best is not None
-    _, m, floors, counts = best
-    return m, {i: max(f, lower) for i, f in floors.items()}, counts
+    return best[1]
 
 
 def nothing(reason: str, skills: Sequence[LiveSkill] = (), lower: float = 0.0, dim: int = 0) -> Rule:
@@ -389,19 +467,24 @@ def fit(
         )
     if len({e.group for e in examples}) < budget.folds:
         return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
-    best: tuple[tuple[int, int, int], str, float | None, float, dict[str, float], tuple[int, int, int], _Records] | None
-    best = None
+    best: tuple[tuple[int, int, int], str, float | None, _Floors, _Records] | None = None
     for i, view in enumerate(views):
         offered = [(j, c) for j, c in enumerate(CS) if c is not None or nearest is None or view in nearest]
         each = _records_each(examples, skills, view, budget, [c for _, c in offered])
         for (j, strength), r in zip(offered, each, strict=True):
-            m, floors, c = _fit_floors(r, budget, lower_bound)
-            key = (c[0], -j, -i)  # most hits; ties keep the earlier score (CS), then the earlier view
+            chosen = _fit_floors(r, budget, lower_bound)
+            key = (chosen.counts[0], -j, -i)  # most hits; ties keep the earlier score (CS), then the earlier view
             if best is None or key > best[0]:
-                best = (key, view, strength, m, floors, c, r)
+                best = (key, view, strength, chosen, r)
     assert best is not None
-    _, view, strength, m, floors, c, r = best
-    inner = {"hits": c[0], "wrong": c[1], "false": c[2], "positives": r.n_pos, "negatives": r.n_neg}
+    _, view, strength, chosen, r = best
+    c, o = chosen.counts, chosen.opening_counts
+    inner = {
+        "hits": c[0], "wrong": c[1], "false": c[2], "positives": r.n_pos, "negatives": r.n_neg,
+        "opening_hits": o[0], "opening_wrong": o[1], "opening_false": o[2],
+        "opening_positives": int((r.positive & r.opening).sum()),
+        "opening_negatives": int((~r.positive & r.opening).sum()),
+    }  # fmt: skip
     if c[0] == 0:
         rule = nothing("no setting injects within budget on the history", skills, lower_bound, dim)
         rule.inner = inner
@@ -423,6 +506,6 @@ def fit(
     keep_vecs = index.vecs if index.w is None else np.zeros((0, index.vecs.shape[1]), np.float32)
     keep_lab = index.lab if index.w is None else np.zeros(0, np.int64)
     return Rule(
-        view, m, floors, lower_bound, labels, keep_vecs, keep_lab, list(skills), before, "fitted", inner,
-        index.w, index.b, strength,
+        view, chosen.margin, chosen.floors, lower_bound, labels, keep_vecs, keep_lab, list(skills), before,
+        "fitted", inner, index.w, index.b, strength, chosen.openings,
     )  # fmt: skip

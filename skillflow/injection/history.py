@@ -60,6 +60,7 @@ class Point:
     intent: str
     trains: bool = True  # the classifier is trained on it (see :func:`call_points`)
     failed: bool = False  # the run's outcome is failure
+    opening: bool = False  # a conversation's point after one user message, no call made: the single-turn form
 
 
 def _lines(query: str) -> list[str]:
@@ -105,7 +106,9 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
         if not _lines(r.query):  # a write made without a new message: the earlier request, whole
             points = [(span, proc[:j]) for j in range(len(proc))]
         trains = {span[:1], span}
-        out += [Point(i, s, p, intent, s in trains, failed) for s, p in dict.fromkeys(points) if s]
+        out += [
+            Point(i, s, p, intent, s in trains, failed, len(s) == 1 and not p) for s, p in dict.fromkeys(points) if s
+        ]
     return out
 
 
@@ -130,6 +133,7 @@ def examples(
             prefix=p.prefix,
             trains=p.trains,
             failed=p.failed,
+            opening=p.opening,
         )
         for p in points
     ]

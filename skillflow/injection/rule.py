@@ -53,6 +53,7 @@ class Rule:
     weights: np.ndarray | None = None  # (labels, dim) logistic regression; None: max-cosine scores (older rules)
     bias: np.ndarray | None = None  # (labels,), -inf for a label without exemplars
     strength: float | None = None  # the logistic regression's C chosen by the inner CV
+    opening_floors: dict[str, float] = field(default_factory=dict)  # higher floors for openings (older rules: none)
     _parts: tuple[Scores, dict[str, Choices], dict[str, set[str]]] | None = field(
         default=None, repr=False, compare=False
     )
@@ -152,14 +153,19 @@ def by_intent(skills: Sequence[LiveSkill]) -> dict[str, list[LiveSkill]]:
     return out
 
 
-def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: bool = True) -> Decision:
+def decide(
+    rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: bool = True, one_message: bool = False
+) -> Decision:
     """Apply ``rule`` to the request vector ``q`` (in ``rule.view``) after the calls ``prefix``.
 
+    ``one_message``: the request is a single user message; with no call made since the last write it is an
+    *opening* (what a single-turn agent's every request is) and is held to the intent's opening floor too.
     ``floors=False`` skips the floors and the margin (what the rule would inject with no abstention beyond
     ``NONE`` winning): the benchmarks' hindsight row, never the product."""
     if not rule.injects:
         return Decision(None, None, float("nan"), float("nan"), rule.reason or "inject nothing")
     prefix = tuple(t for t in prefix if t not in NOOP_TOOLS)  # stored procedures never hold a no-op call
+    opening = one_message and not prefix
     index, choosers, before = rule.parts()
     label, s1, s2, has = score(index, q, prefix, choosers, before)
     if label == NONE:
@@ -169,6 +175,8 @@ def decide(rule: Rule, q: np.ndarray, prefix: Sequence[str] = (), *, floors: boo
     floor = max(rule.floors.get(label, NEVER), rule.lower_bound) if floors else -np.inf
     if s1 < floor:
         return Decision(None, label, s1, s2, "below the intent's floor")
+    if floors and opening and s1 < rule.opening_floors.get(label, -np.inf):
+        return Decision(None, label, s1, s2, "below the intent's floor for an opening request")
     if floors and s1 - s2 < rule.margin:
         return Decision(None, label, s1, s2, "margin over the runner-up too small")
     skill = choosers[label].choose(tuple(t for t in prefix if t != label))  # an earlier attempt is not a step

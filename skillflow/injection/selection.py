@@ -74,8 +74,9 @@ def _apply(
     agent_id: str,
     user_id: str,
     done: Callable[[str], bool] = lambda intent: False,
+    one_message: bool = False,
 ) -> Selection:
-    d = decide(rule, q, prefix)
+    d = decide(rule, q, prefix, one_message=one_message)
     intent = next((s.intent for s in rule.skills if s.skill_id == d.skill_id), None) if d.skill_id else None
     if intent is not None and done(intent):
         return Selection([], CURRENT, DONE)
@@ -132,7 +133,7 @@ def select_skills(
             return Selection([], CURRENT, "empty request")
         q = vectors([messages], rule.view, embedder, form, cached=True)[0]
         with bound(), engine.connect() as conn:
-            return _apply(conn, rule, q, prefix, agent_id, user_id, done)
+            return _apply(conn, rule, q, prefix, agent_id, user_id, done, len(messages) == 1)
     if not tenant.live:
         return Selection([], "uncalibrated", "no live skill")
     text = view_text(messages, LAST, form)

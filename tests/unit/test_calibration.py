@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -214,14 +216,16 @@ def test_inner_cv_counts_stay_within_the_budgets(overlap: float) -> None:
         assert r.counts(rule.margin, fv) == (inner["hits"], inner["wrong"], inner["false"])
 
 
-def _records_of(scores: list[float], kinds: str) -> calibration._Records:
+def _records_of(scores: list[float], kinds: str, openings: Sequence[bool] = ()) -> calibration._Records:
     """Inner-CV records of one intent ``x``: ``h`` a hit, ``w`` another intent's request, ``f`` a request without a
-    skill, ``n`` a request without a skill that ``NONE`` won."""
+    skill, ``n`` a request without a skill that ``NONE`` won; ``openings`` marks the openings (default: none)."""
     lab = np.asarray([NONE if k == "n" else "x" for k in kinds])
     positive = np.asarray([k in "hw" for k in kinds])
+    opening = np.asarray(list(openings) or [False] * len(kinds), dtype=bool)
     return calibration._Records(
-        lab, np.asarray(scores), np.ones(len(kinds)), lab != NONE, positive, np.asarray([k == "h" for k in kinds])
-    )
+        lab, np.asarray(scores), np.ones(len(kinds)), lab != NONE, positive, np.asarray([k == "h" for k in kinds]),
+        opening,
+    )  # fmt: skip
 
 
 def test_the_floors_keep_a_standard_deviation_of_the_inner_cv_errors_within_budget() -> None:
@@ -230,21 +234,71 @@ def test_the_floors_keep_a_standard_deviation_of_the_inner_cv_errors_within_budg
     the budget (one wrong: 2), not where the count does (three)."""
     kinds = "".join("w" if i in (10, 20, 30) else "h" for i in range(100)) + "n" * 40
     scores = [1.0 - i / 200 for i in range(100)] + [0.2] * 40
-    _, floors, counts = calibration._fit_floors(_records_of(scores, kinds), Budget(), 0.0)
+    chosen = calibration._fit_floors(_records_of(scores, kinds), Budget(), 0.0)
+    floors, counts = chosen.floors, chosen.counts
     assert counts == (19, 1, 0)  # every hit above the second wrong injection, the first wrong one included
     assert floors["x"] == pytest.approx(1.0 - 19 / 200)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.sampled_from("hwfn")), min_size=1, max_size=120))
-def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str]]) -> None:
-    r = _records_of([x for x, _ in rows], "".join(k for _, k in rows))
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1.0), st.sampled_from("hwfn"), st.booleans()), min_size=1, max_size=120))
+def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str, bool]]) -> None:
+    """Over every example and over the openings alone, the fitted error counts keep the bound, and they are the
+    counts the floors (openings: the higher of the two) give."""
+    r = _records_of([x for x, _, _ in rows], "".join(k for _, k, _ in rows), [o for _, _, o in rows])
     budget = Budget(wrong=0.2, false=0.3)  # loose budgets: a few rows already allow an error or two
-    _, floors, (hits, wrong, false) = calibration._fit_floors(r, budget, 0.0)
+    chosen = calibration._fit_floors(r, budget, 0.0)
+    (hits, wrong, false), (_, o_wrong, o_false) = chosen.counts, chosen.opening_counts
     assert wrong + wrong**0.5 <= budget.wrong * r.n_pos + 1e-9
     assert false + false**0.5 <= budget.false * r.n_neg + 1e-9
-    fv = np.asarray([floors.get(str(x), np.inf) for x in r.lab])
+    assert o_wrong + o_wrong**0.5 <= budget.wrong * int((r.positive & r.opening).sum()) + 1e-9
+    assert o_false + o_false**0.5 <= budget.false * int((~r.positive & r.opening).sum()) + 1e-9
+    assert all(chosen.openings[i] > chosen.floors[i] for i in chosen.openings)  # openings are only ever raised
+    fv = np.asarray(
+        [
+            max(chosen.floors.get(str(x), np.inf), chosen.openings.get(str(x), -np.inf) if o else -np.inf)
+            for x, o in zip(r.lab, r.opening, strict=True)
+        ]
+    )
     assert r.counts(0.0, fv) == (hits, wrong, false)  # the gap is 1 everywhere: every margin passes
+    o = r.opening
+    sub = calibration._Records(r.lab[o], r.s1[o], r.gap[o], r.has_skill[o], r.positive[o], r.hit[o], o[o])
+    assert sub.counts(0.0, fv[o]) == chosen.opening_counts
+
+
+def test_openings_are_held_to_their_own_budget() -> None:
+    """Three false injections of 220 requests without a skill keep the false budget (0.05) over every call, but
+    all three are openings, of only 20 opening requests without a skill (budget 1: none fits with the spare).
+    The intent's floor for openings rises above them and keeps the openings' hits above them; the other calls
+    keep the lower floor. Before openings had a floor of their own, all three were injected."""
+    kinds = "h" * 100 + "n" * 200 + "hhhhh" + "fff" + "hhhhh" + "n" * 17
+    scores = [0.95] * 100 + [0.1] * 200 + [0.9] * 5 + [0.85] * 3 + [0.8] * 5 + [0.1] * 17
+    openings = [False] * 300 + [True] * 30
+    chosen = calibration._fit_floors(_records_of(scores, kinds, openings), Budget(), 0.0)
+    assert chosen.openings == {"x": pytest.approx(0.9)}
+    assert chosen.floors["x"] <= 0.8
+    assert chosen.opening_counts == (5, 0, 0) and chosen.counts == (105, 0, 0)
+
+
+def test_an_opening_is_one_message_with_no_call_made_and_meets_its_floor() -> None:
+    """``decide`` holds a request to the intent's opening floor only when it is one message and no call (no-op
+    calls aside) was made since the last write; the floor survives the stored document."""
+    from skillflow.injection.applicability import rule_document, rule_from_document
+
+    budget = Budget(wrong=0.02, false=0.03, min_negatives=5)
+    rule = fit(history(), SKILLS, ["v"], budget, 0.0)
+    assert rule.injects
+    q = around(0, np.random.default_rng(3))
+    d = decide(rule, q, ())
+    assert d.skill_id is not None
+    rule.opening_floors = {d.intent: d.score + 0.01}
+    for r in (rule, rule_from_document(rule_document(rule))):
+        assert r.opening_floors == rule.opening_floors
+        held = decide(r, q, (), one_message=True)
+        assert held.skill_id is None and held.reason == "below the intent's floor for an opening request"
+        assert decide(r, q, ()) == d  # more than one message: the intent's floor alone
+        assert decide(r, q, ("think",), one_message=True).skill_id is None  # a no-op call is no call
+        assert decide(r, q, ("get_user",), one_message=True) == decide(r, q, ("get_user",))  # a call was made
 
 
 def test_an_intent_without_a_live_skill_is_its_own_label_and_is_never_injected() -> None:
@@ -355,5 +409,4 @@ def test_the_fit_chooses_between_the_nearest_exemplar_and_the_classifier() -> No
     assert rule.strength in calibration.CS and (rule.weights is None) == (rule.strength is None)
     for c in calibration.CS:
         r = _records(history(overlap=0.2), SKILLS, "v", budget, c)
-        _, _, counts = calibration._fit_floors(r, budget, 0.0)
-        assert counts[0] <= rule.inner["hits"]
+        assert calibration._fit_floors(r, budget, 0.0).counts[0] <= rule.inner["hits"]

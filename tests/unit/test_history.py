@@ -47,6 +47,8 @@ def test_examples_keep_every_run_with_a_request_and_a_call_in_the_live_form() ->
         ("cancel_reservation", ("get_user",)),  # before the write
         ("cancel_reservation", ()),  # before the second write, made without a new message
     ]
+    # An opening: one user message and no call made since the last write (the form of a single-turn request).
+    assert [e.opening for e in out] == [True, False, False, False]
     live = ("cancel H1 and H2", "yes")  # what prepare() sees before the second write
     for view in VIEWS:
         np.testing.assert_array_equal(out[3].vectors[view], vectors([live], view, EMB)[0])

@@ -246,7 +246,7 @@ def evaluate(
             s = segs[i]
             pre = s.procedure[:-1]
             t1 = time.perf_counter()
-            d = decide(rule, probe[j], pre)
+            d = decide(rule, probe[j], pre, one_message=len(s.so_far) == 1)
             times.append((time.perf_counter() - t1) * 1000)
             got = by_class[d.skill_id] if d.skill_id else None
             u = decide(rule, probe[j], pre, floors=False)
