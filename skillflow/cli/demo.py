@@ -321,6 +321,8 @@ def _rule_line(engine: Engine, user_id: str) -> str:
         return "applicability rule: none yet (fixed threshold until the first cycle)"
     r = stored.rule
     floors = ", ".join(f"{k} ≥ {v:.3f}" for k, v in sorted(r.floors.items()))
+    if r.opening_floors:  # higher floors for a request of one message with no call made yet
+        floors += "; openings: " + ", ".join(f"{k} ≥ {v:.3f}" for k, v in sorted(r.opening_floors.items()))
     inner = r.inner
     return (
         f"applicability rule refit right after the activation: {len(r.skills)} live skill(s), "

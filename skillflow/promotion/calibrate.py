@@ -142,6 +142,7 @@ def summary(rule: Rule, fp: str) -> dict[str, Any]:
         "margin": rule.margin,
         "strength": rule.strength,
         "floors": {k: (None if v == NEVER else round(v, 4)) for k, v in sorted(rule.floors.items())},
+        "opening_floors": {k: (None if v == NEVER else round(v, 4)) for k, v in sorted(rule.opening_floors.items())},
         "lower_bound": rule.lower_bound,
         "live_skills": len(rule.skills),
         "intents": sorted({s.intent for s in rule.skills}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -410,3 +411,30 @@ def test_the_fit_chooses_between_the_nearest_exemplar_and_the_classifier() -> No
     for c in calibration.CS:
         r = _records(history(overlap=0.2), SKILLS, "v", budget, c)
         assert calibration._fit_floors(r, budget, 0.0).counts[0] <= rule.inner["hits"]
+
+
+def test_a_fit_on_conversations_holds_their_openings_to_the_budgets() -> None:
+    """Every later call of a conversation separates cleanly, but its opening request (one message, no call made)
+    sits between a cancel request and a look-up: there the look-ups are false injections. Over every call they
+    fit the false budget; among the 30 openings without a skill (budget 1.5: none fits with the spare) they do
+    not, so the fit raises the floor for openings, and ``decide`` applies it only to an opening."""
+    rng = np.random.default_rng(5)
+    data = list(history())
+    for i in range(30):
+        for group, intent, klass, away in ((f"c{i}", "cancel_reservation", "cancel-a", 0), (f"n{i}", "read-only",
+                                           "lookup", 2)):  # fmt: skip
+            v = unit(around(0, rng, 0.3) + 0.6 * around(2, rng, 0.3) + 0.1 * around(away, rng))
+            data.append(Example(group, intent, klass, {"v": v}, (), opening=True))
+    data = [replace(e, vectors={"v": e.vectors["v"]}) for e in data]
+    budget = Budget(wrong=0.03, false=0.05, min_negatives=5)
+    rule = fit(data, SKILLS, ["v"], budget, 0.0)
+    assert rule.injects
+    inner = rule.inner
+    assert inner["opening_positives"] == 30 and inner["opening_negatives"] == 30
+    assert inner["opening_false"] == 0  # 1 + sqrt(1) > 0.05 * 30
+    assert "cancel_reservation" in rule.opening_floors
+    assert rule.opening_floors["cancel_reservation"] > rule.floors["cancel_reservation"]
+    fresh = [unit(around(0, rng, 0.3) + 0.6 * around(2, rng, 0.3) + 0.1 * around(2, rng)) for _ in range(200)]
+    alone = sum(decide(rule, v, ()).skill_id is not None for v in fresh)  # as if a call had been made
+    held = sum(decide(rule, v, (), one_message=True).skill_id is not None for v in fresh)
+    assert held < alone  # new look-up openings: the opening floor turns some injections away
