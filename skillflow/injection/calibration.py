@@ -239,6 +239,14 @@ class _Records:
     def n_neg(self) -> int:
         return int((~self.positive).sum())
 
+    @property
+    def n_open_pos(self) -> int:
+        return int((self.positive & self.opening).sum())
+
+    @property
+    def n_open_neg(self) -> int:
+        return int((~self.positive & self.opening).sum())
+
     def counts(self, margin: float, floor: np.ndarray) -> tuple[int, int, int]:
         inj = self.has_skill & (self.gap >= margin) & (self.s1 >= floor)  # NONE never has a skill
         hits = int((inj & self.positive & self.hit).sum())
@@ -381,9 +389,7 @@ def _openings(
     tails = {i: _Tail(r.s1[m], *_counts(r, m)) for i in intents for m in [mask & (r.lab == i)]}
     zero = np.zeros(3, dtype=np.int64)
     base = sum((tails[i].at(np.asarray([floors[i]]))[0] for i in intents), zero)
-    n_pos = int((r.positive & r.opening).sum())
-    n_neg = int((~r.positive & r.opening).sum())
-    limit = np.asarray([np.inf, budget.wrong * n_pos, budget.false * n_neg])
+    limit = np.asarray([np.inf, budget.wrong * r.n_open_pos, budget.false * r.n_open_neg])
     if _within(base, limit):
         return dict(floors), base, base
     # One raise for every intent first (the lowest within budget), then per intent.
@@ -482,8 +488,7 @@ def fit(
     inner = {
         "hits": c[0], "wrong": c[1], "false": c[2], "positives": r.n_pos, "negatives": r.n_neg,
         "opening_hits": o[0], "opening_wrong": o[1], "opening_false": o[2],
-        "opening_positives": int((r.positive & r.opening).sum()),
-        "opening_negatives": int((~r.positive & r.opening).sum()),
+        "opening_positives": r.n_open_pos, "opening_negatives": r.n_open_neg,
     }  # fmt: skip
     if c[0] == 0:
         rule = nothing("no setting injects within budget on the history", skills, lower_bound, dim)

@@ -252,8 +252,8 @@ def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str, bo
     (hits, wrong, false), (_, o_wrong, o_false) = chosen.counts, chosen.opening_counts
     assert wrong + wrong**0.5 <= budget.wrong * r.n_pos + 1e-9
     assert false + false**0.5 <= budget.false * r.n_neg + 1e-9
-    assert o_wrong + o_wrong**0.5 <= budget.wrong * int((r.positive & r.opening).sum()) + 1e-9
-    assert o_false + o_false**0.5 <= budget.false * int((~r.positive & r.opening).sum()) + 1e-9
+    assert o_wrong + o_wrong**0.5 <= budget.wrong * r.n_open_pos + 1e-9
+    assert o_false + o_false**0.5 <= budget.false * r.n_open_neg + 1e-9
     assert all(chosen.openings[i] > chosen.floors[i] for i in chosen.openings)  # openings are only ever raised
     fv = np.asarray(
         [
