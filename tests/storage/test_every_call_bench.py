@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,13 @@ def test_the_figures_count_the_probes() -> None:
     assert f["outside_gold"] == 4 / 9  # cancel at 4, 6, 10 and in the quiet dialog (whose gold has no write)
     assert f["wrong_writes"] == 2 and f["reinforcement"] == 0.5  # calls 6 (cancel injected) and 8 (none)
     assert f["right_writes"] == 0
+    # Against the gold actions: call 14's booking is the write the task asked for and the agent never made.
+    assert f["misleading_gold_write"] == 1 / 9
+    assert (f["no_write_gold_calls"], f["no_write_none_calls"], f["no_write_none_share"]) == (0, 2, 0.5)
+    failed = replace(quiet, conversation="t2-1", gold=frozenset({CANCEL}))  # the agent failed to cancel
+    g = figures([Probe(1, failed, p, k, intents) for p, k in zip(failed.points, (cancel, None), strict=True)])
+    assert (g["no_write_gold_calls"], g["no_write_gold_share"], g["no_write_none_calls"]) == (2, 0.5, 0)
+    assert g["misleading_gold_write"] == 0.5 and g["no_write_share"] == 0.5
     s = single_figures([Single(0, CANCEL, cancel, intents), Single(0, "read-only", None, intents),
                         Single(1, "read-only", cancel, intents), Single(1, BOOK, cancel, intents)])  # fmt: skip
     assert (s["P"], s["N"], s["hit"], s["wrong"], s["false"]) == (2, 2, 0.5, 0.5, 0.5)
@@ -109,6 +117,21 @@ def test_the_hindsight_floor_is_chosen_on_the_probes_within_the_misleading_targe
     assert loose["pre_write_hit"] == 1.0 and loose["misleading"] == 1 / 7 and loose["reinjections"] == 1
     strict = hindsight(probes, Budget(wrong=0.0, false=1.0), target=0.0)  # no mislead allowed: no floor low
     assert strict["pre_write_hit"] == 0.0 and strict["misleading"] == 0.0  # enough to reach the write
+
+
+def test_the_hindsight_floor_within_every_target_keeps_the_no_write_share() -> None:
+    """A quiet conversation's call scores above the write: within the misleading target alone the floor reaches
+    the write, within the no-write target too it cannot (no floor keeps the quiet call out and lets the write in)."""
+    d = dialog("t1", "t1-0", CONVERSATION)
+    quiet = Dialog("t2", "t2-0", (), (CallPoint(1, "read-only", False, None, frozenset()),))
+    intents, cancel = frozenset({CANCEL}), _skill(CANCEL)
+    scores = {2: 0.1, 4: 0.1, 6: 0.1, 8: 0.95, 10: 0.1, 12: 0.1, 14: 0.1}
+    probes = [Probe(0, d, p, None, intents, scores[p.index], cancel) for p in d.points]
+    probes.append(Probe(1, quiet, quiet.points[0], None, intents, 0.99, cancel))
+    budget = Budget(wrong=0.0, false=1.0)
+    assert hindsight(probes, budget, target=0.2)["pre_write_hit"] == 1.0
+    every = hindsight(probes, budget, target=0.2, quiet_target=0.05)
+    assert every["pre_write_hit"] == 0.0 and every["no_write_share"] == 0.0
 
 
 def test_siblings_count_the_tasks_whose_conversations_disagree_and_the_task_oracle() -> None:

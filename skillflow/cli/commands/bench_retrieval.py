@@ -200,7 +200,8 @@ def _print_every_call(calls: dict[str, Any]) -> None:
             "no-write share", "re-inject", "outside gold", "reinforce", "right write")  # fmt: skip
     table = _table("prepare() before every model call of unseen conversations (grouped 5-fold)", cols)
     for name, r in calls.items():
-        rows = [*((str(k), f) for k, f in enumerate(r.per_fold)), ("pooled", r.pooled), ("hindsight", r.hindsight)]
+        rows = [*((str(k), f) for k, f in enumerate(r.per_fold)), ("pooled", r.pooled), ("hindsight", r.hindsight),
+                ("hindsight, every target", r.hindsight_all)]  # fmt: skip
         for fold, f in rows:
             gold = "gold" if name.startswith("tau") else ""
             table.add_row(
@@ -214,6 +215,7 @@ def _print_every_call(calls: dict[str, Any]) -> None:
                 f"{f['right_write_same']:.3f} of {f['right_writes']}" if gold else "-",
             )  # fmt: skip
     console.print(table)
+    _print_gold(calls)
     single = _table(
         "prepare(query) alone on the held-out first requests (single-turn)",
         ("set / outcome", "fold", "hit", "wrong", "false", "P / N"),
@@ -236,8 +238,27 @@ def _print_every_call(calls: dict[str, Any]) -> None:
             )
 
 
+def _print_gold(calls: dict[str, Any]) -> None:
+    """The misleading and no-write figures judged against the task's gold actions (τ-bench) beside the agent's."""
+    cols = ("set / outcome", "fold", "misleading", "of it a gold write", "no-write share", "gold writes: share",
+            "no gold write: share")  # fmt: skip
+    table = _table("misleading and no-write calls against the gold actions (what a correct agent does)", cols)
+    for name, r in calls.items():
+        if not name.startswith("tau"):
+            continue
+        for fold, f in [*((str(k), f) for k, f in enumerate(r.per_fold)), ("pooled", r.pooled)]:
+            table.add_row(
+                name, fold, f"{f['misleading']:.3f}", f"{f['misleading_gold_write']:.3f}", f"{f['no_write_share']:.3f}",
+                f"{f['no_write_gold_share']:.3f} of {f['no_write_gold_calls']}",
+                f"{f['no_write_none_share']:.3f} of {f['no_write_none_calls']}",
+            )  # fmt: skip
+    if table.row_count:
+        console.print(table)
+
+
 CV_FIGURES = ("pre_write_open_hit", "pre_write_hit", "pre_write_wrong", "pre_write_false", "misleading",
-              "no_write_share", "reinjections", "outside_gold", "reinforcement")  # fmt: skip
+              "misleading_gold_write", "no_write_share", "no_write_gold_share", "no_write_none_share", "reinjections",
+              "outside_gold", "reinforcement")  # fmt: skip
 
 
 def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -256,8 +277,9 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
 
 def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
-    cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "no-write share",
-            "re-inject", "outside gold", "reinforce", "single wrong", "single false")  # fmt: skip
+    cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "of it gold write",
+            "no-write share", "gold writes", "no gold write", "re-inject", "outside gold", "reinforce", "single wrong",
+            "single false")  # fmt: skip
     table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:

@@ -17,6 +17,11 @@ call"):
 - *no-write share*: the share of calls, in conversations that never change state, that get a skill;
 - *re-injections*: calls that get a skill of a write that already succeeded since the latest user message;
 - *outside gold*: calls that get a skill of a write outside the task's gold actions, per call;
+- *against the gold actions* (τ-bench: judged against what a correct agent does, not what this agent did):
+  *misleading, gold write*: the misleading calls whose skill is of a write the task's gold actions make —
+  the agent never made the write its task asked for, so the skill pointed at the right one; *no-write share*
+  split by whether the task's gold actions write: conversations where the agent failed to make a gold write,
+  and conversations where no write is correct (a request the policy refuses, a question);
 - *reinforcement*: at the calls that make a write outside the gold actions, the share that got that very
   write's skill (and, for comparison, the same share at the calls that make a gold write);
 - *single-turn*: hit / wrong / false of ``prepare(query)`` on the first requests, labelled with the first
@@ -28,7 +33,8 @@ call"):
   even perfect recognition of the user's goal gives on the single-turn labels;
 - *hindsight*: the fitted rule's own scores without its floors, with the one floor chosen afterwards on
   these probes that gives the most pre-write hits within the pre-write budgets and misleading ≤ the target:
-  the best any floor could do (``prepare``'s other checks not applied).
+  the best any floor could do (``prepare``'s other checks not applied); *hindsight, every target*: the same
+  with the no-write share ≤ its target too.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from skillflow.lab.ingest.tau_bench import STOP_MARKER
 from skillflow.promotion.redact import redact_query
 
 MISLEADING_TARGET = 0.03
+NO_WRITE_TARGET = 0.05
 AGENT, USER = "bench-agent", "bench-user"
 
 
@@ -101,6 +108,7 @@ class CallResult:
     fitted: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     siblings: dict[str, float] = field(default_factory=dict)
+    hindsight_all: dict[str, float] = field(default_factory=dict)  # the hindsight floor within every target
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,7 +123,8 @@ def figures(
 ) -> dict[str, float]:
     """The every-call figures (see the module docstring) of ``probes``, with ``chosen`` as the injection."""
     pos = hit = wrong = neg = false = misleading = quiet = quiet_inj = again = open_pos = open_hit = 0
-    gold_calls = outside = bad = bad_same = good = good_same = 0
+    gold_calls = outside = bad = bad_same = good = good_same = mis_gold = 0
+    quiet_gold = quiet_gold_inj = quiet_none = quiet_none_inj = 0
     for p in probes:
         got = chosen(p)
         label = p.point.label
@@ -131,9 +140,15 @@ def figures(
                 neg += 1
                 false += got is not None
         misleading += got is not None and got.intent != label
+        gold = p.dialog.gold
+        mis_gold += got is not None and got.intent != label and gold is not None and got.intent in gold
         if not p.dialog.writes:
             quiet += 1
             quiet_inj += got is not None
+            if gold:
+                quiet_gold, quiet_gold_inj = quiet_gold + 1, quiet_gold_inj + (got is not None)
+            elif gold is not None:
+                quiet_none, quiet_none_inj = quiet_none + 1, quiet_none_inj + (got is not None)
         again += got is not None and got.intent in p.point.done
         if p.dialog.gold is not None:
             gold_calls += 1
@@ -151,6 +166,9 @@ def figures(
         "pre_write_open_P": open_pos, "pre_write_open_hit": _share(open_hit, open_pos),
         "pre_write_false": _share(false, neg), "misleading": _share(misleading, len(probes)),
         "no_write_calls": quiet, "no_write_share": _share(quiet_inj, quiet),
+        "misleading_gold_write": _share(mis_gold, len(probes)),
+        "no_write_gold_calls": quiet_gold, "no_write_gold_share": _share(quiet_gold_inj, quiet_gold),
+        "no_write_none_calls": quiet_none, "no_write_none_share": _share(quiet_none_inj, quiet_none),
         "reinjections": again, "outside_gold": _share(outside, gold_calls), "wrong_writes": bad,
         "reinforcement": _share(bad_same, bad), "right_writes": good, "right_write_same": _share(good_same, good),
     }  # fmt: skip
@@ -205,22 +223,28 @@ def _skillable(label: str, handoffs: Collection[str]) -> str:
     return READ_ONLY if label in handoffs else label
 
 
-def hindsight(probes: Sequence[Probe], budget: Budget, target: float = MISLEADING_TARGET) -> dict[str, float]:
+def hindsight(
+    probes: Sequence[Probe], budget: Budget, target: float = MISLEADING_TARGET, quiet_target: float = float("inf")
+) -> dict[str, float]:
     """The figures at the one floor on the unfloored scores with the most pre-write hits such that pre-write
-    wrong and false stay within ``budget`` and misleading within ``target`` (chosen on these probes)."""
+    wrong and false stay within ``budget``, misleading within ``target`` and the no-write share within
+    ``quiet_target`` (chosen on these probes)."""
     ranked = sorted((p for p in probes if p.nearest is not None), key=lambda p: -p.score)
     pos = sum(1 for p in probes if p.point.pre_write and p.point.label in p.intents)
     neg = sum(1 for p in probes if p.point.pre_write and p.point.label not in p.intents)
-    best = best_hits = hits = wrong = false = misleading = 0
+    n_quiet = sum(1 for p in probes if not p.dialog.writes)
+    best = best_hits = hits = wrong = false = misleading = quiet = 0
     for k, p in enumerate(ranked):
         assert p.nearest is not None
         right = p.nearest.intent == p.point.label
         misleading += not right
+        quiet += not p.dialog.writes
         if p.point.pre_write and p.point.label in p.intents:
             hits, wrong = hits + right, wrong + (not right)
         elif p.point.pre_write:
             false += 1
         ok = wrong <= budget.wrong * pos and false <= budget.false * neg and misleading <= target * len(probes)
+        ok = ok and (quiet == 0 or quiet <= quiet_target * n_quiet)
         if ok and hits > best_hits:
             best, best_hits = k + 1, hits
     top = {id(p) for p in ranked[:best]}
@@ -336,7 +360,7 @@ def evaluate_calls(
         [figures([p for p in probes if p.fold == k]) for k in range(len(plan))], figures(probes),
         hindsight(probes, budget), single_figures(singles),
         [single_figures([s for s in singles if s.fold == k]) for k in range(len(plan))], fitted,
-        time.perf_counter() - t0, siblings(dialogs, handoffs),
+        time.perf_counter() - t0, siblings(dialogs, handoffs), hindsight(probes, budget, quiet_target=NO_WRITE_TARGET),
     )  # fmt: skip
 
 
