@@ -103,8 +103,10 @@ def test_the_figures_count_the_probes() -> None:
     assert (g["no_write_gold_calls"], g["no_write_gold_share"], g["no_write_none_calls"]) == (2, 0.5, 0)
     assert g["misleading_gold_write"] == 0.5 and g["no_write_share"] == 0.5
     s = single_figures([Single(0, CANCEL, cancel, intents), Single(0, "read-only", None, intents),
-                        Single(1, "read-only", cancel, intents), Single(1, BOOK, cancel, intents)])  # fmt: skip
+                        Single(1, "read-only", cancel, intents, frozenset({CANCEL})),
+                        Single(1, BOOK, cancel, intents)])  # fmt: skip
     assert (s["P"], s["N"], s["hit"], s["wrong"], s["false"]) == (2, 2, 0.5, 0.5, 0.5)
+    assert s["false_gold_write"] == 0.5  # the task asked for the cancel the agent never made
 
 
 def test_the_hindsight_floor_is_chosen_on_the_probes_within_the_misleading_target() -> None:

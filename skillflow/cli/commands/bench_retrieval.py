@@ -218,12 +218,18 @@ def _print_every_call(calls: dict[str, Any]) -> None:
     _print_gold(calls)
     single = _table(
         "prepare(query) alone on the held-out first requests (single-turn)",
-        ("set / outcome", "fold", "hit", "wrong", "false", "P / N"),
+        ("set / outcome", "fold", "hit", "wrong", "false", "of it a gold write", "P / N"),
     )
     for name, r in calls.items():
         for fold, f in [*((str(k), f) for k, f in enumerate(r.single_per_fold)), ("pooled", r.single)]:
             single.add_row(
-                name, fold, f"{f['hit']:.3f}", f"{f['wrong']:.3f}", f"{f['false']:.3f}", f"{f['P']} / {f['N']}"
+                name,
+                fold,
+                f"{f['hit']:.3f}",
+                f"{f['wrong']:.3f}",
+                f"{f['false']:.3f}",
+                f"{f['false_gold_write']:.3f}" if name.startswith("tau") else "-",
+                f"{f['P']} / {f['N']}",
             )
     console.print(single)
     for name, r in calls.items():
@@ -267,7 +273,10 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
     for seed, calls in splits:
         for name, r in calls.items():
             row = {k: r.pooled[k] for k in CV_FIGURES}
-            row.update(single_wrong=r.single["wrong"], single_false=r.single["false"])
+            row.update(
+                single_wrong=r.single["wrong"], single_false=r.single["false"],
+                single_false_gold_write=r.single["false_gold_write"],
+            )  # fmt: skip
             out.setdefault(name, []).append({"seed": seed, **row})
     for rows in out.values():
         keys = [k for k in rows[0] if k != "seed"]
@@ -279,11 +288,11 @@ def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
     cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "of it gold write",
             "no-write share", "gold writes", "no gold write", "re-inject", "outside gold", "reinforce", "single wrong",
-            "single false")  # fmt: skip
+            "single false", "of it gold write")  # fmt: skip
     table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:
-            figures = (f"{r[k]:.3f}" for k in (*CV_FIGURES, "single_wrong", "single_false"))
+            figures = (f"{r[k]:.3f}" for k in (*CV_FIGURES, "single_wrong", "single_false", "single_false_gold_write"))
             table.add_row(name, str(r["seed"]), *figures)
     console.print(table)
 

@@ -25,7 +25,7 @@ call"):
 - *reinforcement*: at the calls that make a write outside the gold actions, the share that got that very
   write's skill (and, for comparison, the same share at the calls that make a gold write);
 - *single-turn*: hit / wrong / false of ``prepare(query)`` on the first requests, labelled with the first
-  call's span;
+  call's span (against the gold actions: the false injections whose skill is of a gold write);
 - *siblings* (the ceiling beside these figures): conversations of one task (the same user instructions,
   τ-bench's trials) that end in different writes. A rule that reads the conversation cannot be right on
   both sides of such a pair; the task oracle — knowing the task and injecting, at a first request, the
@@ -92,6 +92,7 @@ class Single:
     label: str
     injected: LiveSkill | None
     intents: frozenset[str]
+    gold: frozenset[str] | None = None  # the task's gold writes (τ-bench), as :attr:`Dialog.gold`
 
 
 @dataclass
@@ -175,14 +176,17 @@ def figures(
 
 
 def single_figures(singles: Sequence[Single]) -> dict[str, float]:
-    """Single-turn hit / wrong over the requests whose label has a skill, false over the rest."""
+    """Single-turn hit / wrong over the requests whose label has a skill, false over the rest; and the share of
+    those false injections whose skill is of a write the task's gold actions make (the agent never made it)."""
     pos = [s for s in singles if s.label in s.intents]
     neg = [s for s in singles if s.label not in s.intents]
+    gold = sum(s.injected is not None and s.gold is not None and s.injected.intent in s.gold for s in neg)
     return {
         "P": len(pos), "N": len(neg),
         "hit": _share(sum(s.injected is not None and s.injected.intent == s.label for s in pos), len(pos)),
         "wrong": _share(sum(s.injected is not None and s.injected.intent != s.label for s in pos), len(pos)),
         "false": _share(sum(s.injected is not None for s in neg), len(neg)),
+        "false_gold_write": _share(gold, len(neg)),
     }  # fmt: skip
 
 
@@ -346,7 +350,7 @@ def evaluate_calls(
                 query = next((str(m.get("content") or "") for m in d.messages if m.get("role") == "user"), "")
                 if first is not None and query.strip():
                     got = sf.prepare(query, USER).skill_ids
-                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents))
+                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents, d.gold))
                 if not every_call:
                     continue
                 for p in d.points:
