@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.kernel.state import changes_state
 from skillflow.storage.schema import applicability_rules, skillbox, workflow_memory
+
+log = logging.getLogger(__name__)
 
 
 def intent_of(procedure: Sequence[str], declared: Mapping[str, bool] | None = None) -> str:
@@ -120,32 +123,103 @@ def _b64(a: np.ndarray) -> str:
     return base64.b64encode(np.ascontiguousarray(a, np.float64).tobytes()).decode()
 
 
-def rule_from_document(doc: Mapping[str, Any]) -> Rule:
+class RuleDocumentError(ValueError):
+    """A stored rule document that cannot be read back as a working rule (damaged in the database): the tenant
+    gets no skill until the next cycle fits it again (docs/RELIABILITY.md, "Faults tried")."""
+
+
+def rule_from_document(doc: Any) -> Rule:
+    """The rule a document of :func:`rule_document` stores. Raises :class:`RuleDocumentError` on one that does not
+    read back as a working rule: a value of the wrong type or shape, a label index out of range, a threshold or a
+    vector that is NaN (every comparison with NaN is False: a NaN floor would let every score through)."""
+    try:
+        rule = _read(doc)
+    except RuleDocumentError:
+        raise
+    except Exception as exc:  # any damage reads as one error (its class only: no stored value reaches a log)
+        raise RuleDocumentError(f"stored rule unreadable ({type(exc).__name__})") from exc
+    return rule
+
+
+def _threshold(value: Any, name: str) -> float:
+    """A stored threshold: ``None`` is ``NEVER``; a number, never NaN."""
+    out = NEVER if value is None else float(value)
+    if np.isnan(out):
+        raise RuleDocumentError(f"stored rule unreadable (NaN {name})")
+    return out
+
+
+def _read(doc: Any) -> Rule:
+    if not isinstance(doc, Mapping):
+        raise RuleDocumentError("stored rule unreadable (not a JSON object)")
     dim = int(doc.get("dim") or 0)
-    raw = np.frombuffer(base64.b64decode(doc.get("exemplars") or ""), dtype=np.float32)
-    labels = list(doc.get("labels") or [])
-    return Rule(
-        view=doc.get("view"),
-        margin=float(doc.get("margin") or 0.0),
-        floors={k: (NEVER if v is None else float(v)) for k, v in (doc.get("floors") or {}).items()},
-        lower_bound=float(doc.get("lower_bound") or 0.0),
+    labels = [str(x) for x in _list(doc.get("labels"))]
+    if dim < 0 or len(set(labels)) != len(labels):
+        raise RuleDocumentError("stored rule unreadable (dimension or labels)")
+    raw = np.frombuffer(base64.b64decode(doc.get("exemplars") or "", validate=True), dtype=np.float32)
+    exemplars = raw.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32)
+    lab = np.asarray([int(x) for x in _list(doc.get("exemplar_labels"))], dtype=np.int64)
+    weights = bias = None
+    if doc.get("weights") and dim:
+        weights = np.frombuffer(base64.b64decode(doc["weights"], validate=True), np.float64).reshape(len(labels), dim)
+    if doc.get("bias"):
+        bias = np.frombuffer(base64.b64decode(doc["bias"], validate=True), np.float64)
+    if (
+        len(lab) != exemplars.shape[0]
+        or (len(lab) and (lab.min() < 0 or lab.max() >= len(labels) or (np.diff(lab) < 0).any()))
+        or not np.isfinite(exemplars).all()
+        or (weights is None) != (bias is None)
+        or (weights is not None and not np.isfinite(weights).all())
+        or (bias is not None and (bias.shape != (len(labels),) or np.isnan(bias).any() or (bias == np.inf).any()))
+    ):
+        raise RuleDocumentError("stored rule unreadable (exemplars, labels or weights disagree)")
+    view = doc.get("view")
+    strength = doc.get("strength")
+    rule = Rule(
+        view=None if view is None else str(view),
+        margin=_threshold(doc.get("margin") or 0.0, "margin"),
+        floors={str(k): _threshold(v, "floor") for k, v in _map(doc.get("floors")).items()},
+        lower_bound=_threshold(doc.get("lower_bound") or 0.0, "lower bound"),
         labels=labels,
-        exemplars=raw.reshape(-1, dim) if dim else np.zeros((0, 0), np.float32),
-        exemplar_labels=np.asarray(doc.get("exemplar_labels") or [], dtype=np.int64),
+        exemplars=exemplars,
+        exemplar_labels=lab,
         skills=[
-            LiveSkill(s["id"], s["hash"], s["intent"], tuple(s["procedure"]), tuple(s.get("rank") or ()))
-            for s in doc.get("skills") or []
+            LiveSkill(
+                str(s["id"]),
+                str(s["hash"]),
+                str(s["intent"]),
+                tuple(str(t) for t in _list(s["procedure"])),
+                tuple(float(x) for x in _list(s.get("rank"))),
+            )
+            for s in _list(doc.get("skills"))
         ],
-        tools_before={k: list(v) for k, v in (doc.get("tools_before") or {}).items()},
+        tools_before={str(k): [str(t) for t in _list(v)] for k, v in _map(doc.get("tools_before")).items()},
         reason=str(doc.get("reason") or ""),
-        inner=dict(doc.get("inner") or {}),
-        weights=np.frombuffer(base64.b64decode(doc["weights"]), np.float64).reshape(len(labels), dim)
-        if doc.get("weights") and dim
-        else None,
-        bias=np.frombuffer(base64.b64decode(doc["bias"]), np.float64) if doc.get("bias") else None,
-        strength=doc.get("strength"),
-        opening_floors={k: (NEVER if v is None else float(v)) for k, v in (doc.get("opening_floors") or {}).items()},
+        inner=dict(_map(doc.get("inner"))),
+        weights=weights,
+        bias=bias,
+        strength=None if strength is None else float(strength),
+        opening_floors={str(k): _threshold(v, "floor") for k, v in _map(doc.get("opening_floors")).items()},
     )
+    if rule.injects and (not labels or not dim):
+        raise RuleDocumentError("stored rule unreadable (a rule that injects has no labels or no dimension)")
+    return rule
+
+
+def _list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise RuleDocumentError("stored rule unreadable (a list expected)")
+    return value
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RuleDocumentError("stored rule unreadable (an object expected)")
+    return value
 
 
 def save_rule(conn: Connection, agent_id: str, user_id: str, fp: str, model_id: str, rule: Rule, cycle: int) -> None:
@@ -194,11 +268,13 @@ def load_rule(conn: Connection, agent_id: str, user_id: str) -> Stored | None:
 UNCALIBRATED = "uncalibrated"
 STALE = "stale"
 CURRENT = "current"
+UNREADABLE = "unreadable"  # the stored document is damaged: nothing is injected until the next fit
 
 
 @dataclass(frozen=True)
 class TenantRule:
-    """What applies to a tenant now: ``current`` (``rule`` set), ``stale`` (inject nothing), ``uncalibrated``."""
+    """What applies to a tenant now: ``current`` (``rule`` set), ``stale`` or ``unreadable`` (inject nothing),
+    ``uncalibrated``."""
 
     state: str
     rule: Rule | None = None
@@ -247,17 +323,24 @@ class _Cache:
             hit = self._data.get(conn.engine, {}).get(key)
         if hit is not None and hit[0] == stamp:
             return hit[1]
-        stored = load_rule(conn, agent_id, user_id)
-        if stored is None:
-            live = row[0] is not None and conn.execute(_LIVE, {"agent_id": agent_id, "user_id": user_id}).first()
-            value = TenantRule(UNCALIBRATED, live=bool(live))
-        elif stored.model_id != model_id or stored.fingerprint != fingerprint(conn, agent_id, user_id, model_id):
-            value = TenantRule(STALE)
-        else:
-            value = TenantRule(CURRENT, stored.rule)
+        value = self._state(conn, agent_id, user_id, model_id, row[0] is not None)
         with self._lock:
             self._data.setdefault(conn.engine, {})[key] = (stamp, value)
         return value
+
+    @staticmethod
+    def _state(conn: Connection, agent_id: str, user_id: str, model_id: str, any_skill: bool) -> TenantRule:
+        try:
+            stored = load_rule(conn, agent_id, user_id)
+        except RuleDocumentError as exc:  # once per stored version: the state is cached like any other
+            log.warning("tenant rule unreadable (%s); injecting nothing until the next fit", exc)
+            return TenantRule(UNREADABLE)
+        if stored is None:
+            live = any_skill and conn.execute(_LIVE, {"agent_id": agent_id, "user_id": user_id}).first()
+            return TenantRule(UNCALIBRATED, live=bool(live))
+        if stored.model_id != model_id or stored.fingerprint != fingerprint(conn, agent_id, user_id, model_id):
+            return TenantRule(STALE)
+        return TenantRule(CURRENT, stored.rule)
 
     def clear(self) -> None:
         with self._lock:

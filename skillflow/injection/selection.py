@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Connection, Engine, bindparam, select
 
-from skillflow.injection.applicability import CURRENT, RULES, STALE, class_procedure
+from skillflow.injection.applicability import CURRENT, RULES, STALE, UNREADABLE, class_procedure
 from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
@@ -125,6 +125,8 @@ def select_skills(
         tenant = RULES.current(conn, agent_id, user_id, embedder.model_id)
     if tenant.state == STALE:
         return Selection([], STALE, "rule fitted for other live skills; refit at the next cycle")
+    if tenant.state == UNREADABLE:
+        return Selection([], UNREADABLE, "stored rule unreadable; refit at the next cycle")
     if tenant.state == CURRENT and tenant.rule is not None:
         rule = tenant.rule
         if not rule.injects or rule.view is None:

@@ -24,7 +24,14 @@ from sqlalchemy import Engine, select, update
 from sqlalchemy.exc import IntegrityError
 
 from skillflow import __version__
-from skillflow.injection.applicability import fingerprint, live_skills, rule_document, rule_from_document, save_rule
+from skillflow.injection.applicability import (
+    RuleDocumentError,
+    fingerprint,
+    live_skills,
+    rule_document,
+    rule_from_document,
+    save_rule,
+)
 from skillflow.injection.calibration import Budget, fit
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.history import HistoryRun, examples
@@ -129,7 +136,10 @@ def stored_fit(engine: Engine, agent_id: str, user_id: str, key: str) -> Rule | 
         ).scalar()
     if not isinstance(doc, Mapping) or doc.get(FIT_KEY) != key:
         return None
-    return rule_from_document(doc)
+    try:
+        return rule_from_document(doc)
+    except RuleDocumentError:  # damaged in the database: fitted again, as if it were not there
+        return None
 
 
 def summary(rule: Rule, fp: str) -> dict[str, Any]:

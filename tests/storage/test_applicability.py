@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from skillflow.injection.applicability import RULES, STALE, UNCALIBRATED
+from skillflow.injection.applicability import RULES, STALE, UNCALIBRATED, UNREADABLE
 from skillflow.injection.conversation import Conversation, ToolCall
 from skillflow.injection.embeddings import HashingEmbedder
 from skillflow.injection.retrieval import write_skill_vectors
@@ -233,4 +233,36 @@ def test_every_cycle_refits_and_reports_the_rule(engine: Engine) -> None:
     assert report.applicability is not None and report.applicability["live_skills"] == 3
     with engine.connect() as conn:
         assert conn.execute(select(applicability_rules.c.cycle)).scalar() == report.cycle
+    assert sf.prepare("please cancel my reservation", U).skill_ids == (ids["cancel-a"],)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"weights": "not base64!"},
+        {"exemplar_labels": [99]},
+        {"floors": {"cancel_reservation": "NaN"}},  # float("NaN"): every comparison with a score is False
+        {"skills": [{"intent": "cancel_reservation"}]},
+        {"labels": "cancel_reservation"},
+        {"dim": -3},
+    ],
+)
+def test_an_unreadable_stored_rule_injects_nothing_once_and_the_next_cycle_refits(
+    engine: Engine, damage: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stored rule document damaged in the database (by hand, by a bad restore): ``prepare`` injects nothing
+    with a clear reason, warns once rather than at every model call, and the next cycle fits it again even
+    though the document still carries the key of the inputs it was fitted on."""
+    sf, ids = setup(engine)
+    fit_now(engine, sf)
+    with engine.begin() as conn:
+        doc = dict(conn.execute(select(applicability_rules.c.rule).where(applicability_rules.c.agent_id == A)).one()[0])
+        conn.execute(applicability_rules.update().where(applicability_rules.c.agent_id == A).values(rule=doc | damage))
+    RULES.clear()
+    for _ in range(3):
+        sel = sf.select_skills("please cancel my reservation", U)
+        assert sel.state == UNREADABLE and sel.skills == [] and "refit" in sel.reason
+        assert sf.prepare("please cancel my reservation", U).skill_ids == ()
+    assert sum("unreadable" in r.getMessage() for r in caplog.records) == 1
+    assert fit_now(engine, sf, cycle=2)["injects"]
     assert sf.prepare("please cancel my reservation", U).skill_ids == (ids["cancel-a"],)
