@@ -84,6 +84,7 @@ def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeyp
     bench_retrieval._print_every_call({"tau-bench/execution": CallResult(**calls["tau-bench/execution"])})
     flat = " ".join(console.export_text().split())
     assert "every model call" in flat and "single-turn" in flat and "hindsight" in flat and "pooled" in flat
+    assert "hindsight, every target" in flat and "against the gold actions" in flat
     assert "open hit" in flat and all("pre_write_open_P" in f for f in calls["tau-bench/execution"]["per_fold"])
     assert json.loads(out.output)["every_call_cv"] == {}  # one split: no per-split table
     # Several splits: each set's pooled figures on every seed and their mean, the first seed's equal to the
@@ -99,6 +100,7 @@ def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeyp
         assert all(rows[0][k] == pooled[k] for k in bench_retrieval.CV_FIGURES)
         assert rows[2]["misleading"] == pytest.approx((rows[0]["misleading"] + rows[1]["misleading"]) / 2)
         assert rows[0]["single_false"] == doc["every_call"][name]["single"]["false"]
+        assert rows[0]["hindsight_open_hit"] == doc["every_call"][name]["hindsight_all"]["pre_write_open_hit"]
     bench_retrieval._print_every_call_cv(cv)
     flat = " ".join(console.export_text().split())
     assert "on each split" in flat and "mean" in flat

@@ -267,6 +267,9 @@ CV_FIGURES = ("pre_write_open_hit", "pre_write_hit", "pre_write_wrong", "pre_wri
               "outside_gold", "reinforcement")  # fmt: skip
 
 
+HINDSIGHT_CV = ("hindsight_open_hit", "hindsight_misleading", "hindsight_no_write_share")
+
+
 def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
     """Each set's pooled and single-turn figures on every split, then their mean (``seed`` = ``"mean"``)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -276,6 +279,10 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
             row.update(
                 single_wrong=r.single["wrong"], single_false=r.single["false"],
                 single_false_gold_write=r.single["false_gold_write"],
+                # the ceiling beside them: the hindsight floor within every target, chosen on this split's probes
+                hindsight_open_hit=r.hindsight_all["pre_write_open_hit"],
+                hindsight_misleading=r.hindsight_all["misleading"],
+                hindsight_no_write_share=r.hindsight_all["no_write_share"],
             )  # fmt: skip
             out.setdefault(name, []).append({"seed": seed, **row})
     for rows in out.values():
@@ -288,11 +295,12 @@ def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
     cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "of it gold write",
             "no-write share", "gold writes", "no gold write", "re-inject", "outside gold", "reinforce", "single wrong",
-            "single false", "of it gold write")  # fmt: skip
+            "single false", "of it gold write", "hindsight: open hit", "misleading", "no-write share")  # fmt: skip
     table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:
-            figures = (f"{r[k]:.3f}" for k in (*CV_FIGURES, "single_wrong", "single_false", "single_false_gold_write"))
+            keys = (*CV_FIGURES, "single_wrong", "single_false", "single_false_gold_write", *HINDSIGHT_CV)
+            figures = (f"{r[k]:.3f}" for k in keys)
             table.add_row(name, str(r["seed"]), *figures)
     console.print(table)
 
