@@ -177,7 +177,7 @@ def figures(
 
 def single_figures(singles: Sequence[Single]) -> dict[str, float]:
     """Single-turn hit / wrong over the requests whose label has a skill, false over the rest; and the share of
-    those false injections whose skill is of a write the task's gold actions make (the agent never made it)."""
+    the rest that got the skill of a write the task's gold actions make (the agent never made it)."""
     pos = [s for s in singles if s.label in s.intents]
     neg = [s for s in singles if s.label not in s.intents]
     gold = sum(s.injected is not None and s.gold is not None and s.injected.intent in s.gold for s in neg)
