@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skillflow.injection import calibration
 from skillflow.injection.applicability import RuleDocumentError, rule_document, rule_from_document
 from skillflow.injection.calibration import Budget, fit
 from skillflow.injection.rule import decide
@@ -26,12 +25,7 @@ JSON = st.recursive(
 def _documents() -> list[dict[str, Any]]:
     budget = Budget(wrong=0.02, false=0.03, min_negatives=5)
     nearest = fit(history(), SKILLS, ["v"], budget, 0.0)
-    calibration_cs = calibration.CS
-    try:
-        calibration.CS = (1.0,)  # the classifier's document (weights and bias) too
-        classifier = fit(history(), SKILLS, ["v"], budget, 0.0)
-    finally:
-        calibration.CS = calibration_cs
+    classifier = fit(history(), SKILLS, ["v"], budget, 0.0, nearest=())  # the classifier's weights and bias too
     assert nearest.injects and classifier.injects and classifier.weights is not None and nearest.weights is None
     return [rule_document(nearest), rule_document(classifier)]
 

@@ -295,7 +295,8 @@ def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
     cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "of it gold write",
             "no-write share", "gold writes", "no gold write", "re-inject", "outside gold", "reinforce", "single wrong",
-            "single false", "of it gold write", "hindsight: open hit", "misleading", "no-write share")  # fmt: skip
+            "single false", "of it gold write", "hindsight: open hit", "hindsight: misleading",
+            "hindsight: no-write")  # fmt: skip
     table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:
