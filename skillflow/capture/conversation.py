@@ -15,9 +15,10 @@ from typing import Any
 
 from skillflow.capture.outcome import ConversationOutcome, Evaluator, Workflow, evaluate_conversation
 from skillflow.capture.record import normalize_run
-from skillflow.capture.segments import Segment, message_text
+from skillflow.capture.segments import Segment
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.messages import message_text
 from skillflow.kernel.models import WorkflowOutcome
 
 

@@ -1,10 +1,12 @@
 """A conversation (OpenAI chat messages) → procedures anchored on state-changing calls (docs/guide/runtime.md).
 
 A segment is every tool call since the previous state-changing call up to and including the next one, across
-user turns; its query is the user messages since the previous segment closed, up to that call, joined with
-``"\\n"``. A failed write the agent retries with the same tool next (no-op tools skipped) does not close the
-segment: the retry does. Calls after the last write form one ``read-only`` segment whose query is the user
-messages before its last call; a conversation without a tool call has no segment.
+user turns; its query is the user messages since the previous segment closed, up to that call, one a line
+(a message's own line breaks read as spaces, :func:`skillflow.kernel.messages.message_line`, so the query
+keeps where each message starts). A failed write the agent retries with the same tool next (no-op tools
+skipped) does not close the segment: the retry does. Calls after the last write form one ``read-only``
+segment whose query is the user messages before its last call; a conversation without a tool call has no
+segment.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from skillflow.kernel.messages import message_line, message_text
 from skillflow.kernel.models import Step
 from skillflow.kernel.state import NOOP_TOOLS, READ_VERBS, WRITE_VERBS, changes_state, verb
 
@@ -49,18 +52,6 @@ class Segment:
     steps: list[Step]
     intent: str  # the closing state-changing tool, or READ_ONLY
     index: int
-
-
-def message_text(content: Any) -> str:
-    """A message's text: a string, or the text parts of an OpenAI content list."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
-        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
-        return "\n".join(p for p in parts if isinstance(p, str))
-    return str(content)
 
 
 def _arguments(raw: Any) -> Any:
@@ -104,7 +95,9 @@ def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
             raise ConversationError(f"messages[{i}] must be a mapping")
         role = message.get("role")
         if role == "user":
-            events.append(("user", i, message_text(message.get("content"))))
+            text = message_line(message_text(message.get("content")))
+            if text.strip():  # a blank message is no message (nor is it live, ``Conversation.from_messages``)
+                events.append(("user", i, text))
             continue
         calls = message.get("tool_calls") if role == "assistant" else None
         if not calls:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from skillflow.kernel.messages import message_line, message_text
+
 LAST = "last"  # the latest user message
 RECENT = "recent"  # the last three user messages, newest first, one text
 RECENT_MESSAGES = 3
@@ -44,8 +46,10 @@ class Conversation:
     def from_messages(cls, messages: Sequence[Mapping[str, Any]]) -> Conversation:
         """From OpenAI chat messages: ``user`` contents and the ``tool_calls`` of ``assistant`` messages.
 
-        A call is errored when its ``tool`` reply starts with ``Error`` (the corpora's convention). Unknown
-        roles and malformed entries are skipped, never raised on.
+        A user message's content is a string or a list of text parts (read as capture reads it); a blank one
+        is not a message, as a stored query has no blank line. A call is errored when its ``tool`` reply
+        starts with ``Error`` (the corpora's convention). Unknown roles and malformed entries are skipped,
+        never raised on.
         """
         users: list[str] = []
         calls: list[ToolCall] = []
@@ -96,13 +100,14 @@ class Conversation:
 def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = lambda t: t) -> str:
     """The text one single-text view embeds (see :mod:`skillflow.injection.views`).
 
-    A message is read line by line, as a stored run's query is (its user messages joined by newlines), and
-    ``form`` (redaction) is applied per line: stored history and live requests give the same text.
+    A message is read as one line (:func:`skillflow.kernel.messages.message_line`), as a stored segment's
+    query holds it, and ``form`` (redaction) is applied per message: stored history and live requests give
+    the same text.
     """
     if view not in (LAST, RECENT):
         raise ValueError(f"unknown view {view!r}; expected {LAST} or {RECENT}")
     need = 1 if view == LAST else RECENT_MESSAGES
-    lines = [line for m in messages if m for line in m.split("\n") if line.strip()]
+    lines = [message_line(m) for m in messages if m and m.strip()]
     newest: list[str] = []  # only the lines the view reads are redacted, newest first
     for line in reversed(lines):
         text = " ".join(form(line).split())
@@ -118,8 +123,10 @@ def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, in
     if not isinstance(m, Mapping):
         return
     role = m.get("role")
-    if role == "user" and isinstance(m.get("content"), str):
-        users.append(m["content"])
+    if role == "user" and isinstance(m.get("content"), str | list | tuple):
+        text = message_text(m["content"])
+        if text.strip():
+            users.append(text)
     elif role == "assistant" and isinstance(m.get("tool_calls"), Sequence):
         for tc in m["tool_calls"]:
             fn = tc.get("function") if isinstance(tc, Mapping) else None

@@ -67,10 +67,18 @@ def _lines(query: str) -> list[str]:
     return [m for m in (query or "").split("\n") if m.strip()]
 
 
+def _messages(run: HistoryRun) -> tuple[str, ...]:
+    """A run's user messages: a segment's query holds one a line (``segment_conversation``); a standalone run's
+    query is one request, whatever its lines."""
+    if run.conversation_id is None or run.segment_index is None:
+        return (run.query,) if (run.query or "").strip() else ()
+    return tuple(_lines(run.query))
+
+
 def requests(runs: Sequence[HistoryRun]) -> list[tuple[str, ...]]:
     """The user messages each run's write is judged on: its own, or (a segment without any) the latest earlier
     segment's of its conversation that has some."""
-    out = [tuple(_lines(r.query)) for r in runs]
+    out = [_messages(r) for r in runs]
     members: dict[str, list[tuple[int, int]]] = {}
     for i, r in enumerate(runs):
         if r.conversation_id is not None and r.segment_index is not None:

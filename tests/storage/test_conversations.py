@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 
 from skillflow.capture.segments import segment_conversation, segment_run_id
+from skillflow.injection.conversation import Conversation
+from skillflow.injection.history import HistoryRun, requests
+from skillflow.kernel.messages import message_line
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
@@ -78,6 +81,26 @@ def test_one_run_per_segment_with_ids_and_idempotent_rerecord(engine: Engine) ->
         ("bob", "conv-1"),
         ("alice", "conv-2"),
     }
+
+
+def test_a_stored_query_holds_one_message_a_line_whatever_the_message(engine: Engine) -> None:
+    """A message of several lines, or of OpenAI text parts, is one line of the stored query, so the fit reads
+    the request's messages as ``prepare`` does (docs/guide/runtime.md, "Conversations")."""
+    parts = [{"type": "text", "text": "yes,"}, {"type": "text", "text": "please\nproceed"}]
+    messages = [
+        {"role": "user", "content": "Hi, I need help.\nPlease cancel my reservation"},
+        *call("get_reservation_details", '{"id": "R1"}', reservation_id="R1"),
+        {"role": "user", "content": parts},
+        {"role": "user", "content": " \n "},  # a blank message is no message, here as live
+        *call("cancel_reservation", '{"ok": true}', reservation_id="R1"),
+    ]
+    sf = Skillflow(agent_id="airline", engine=engine)
+    assert [r.stored for r in sf.record_conversation(messages, "alice", conversation_id="c")] == [True]
+    (row,) = _rows(engine)
+    assert row["query"] == "Hi, I need help. Please cancel my reservation\nyes, please proceed"
+    stored = HistoryRun(row["id"], row["query"], row["tool_sequence"], "h", row["conversation_id"], 0)
+    live = Conversation.from_messages(messages).user_messages
+    assert [message_line(m) for m in live] == list(requests([stored])[0])
 
 
 def test_a_growing_conversation_recorded_each_turn_converges(engine: Engine) -> None:

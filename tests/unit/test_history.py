@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+from typing import Any
 
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skillflow.capture.segments import segment_conversation
 from skillflow.injection.calibration import UNSUCCESSFUL, Budget, fit, taught
-from skillflow.injection.conversation import LAST
+from skillflow.injection.conversation import LAST, RECENT, Conversation, view_text
 from skillflow.injection.embeddings import HashingEmbedder
 from skillflow.injection.history import HistoryRun, call_points, examples, requests
 from skillflow.injection.rule import LiveSkill, decide
 from skillflow.injection.views import VIEWS, vectors
+from skillflow.kernel.messages import message_text
+from skillflow.kernel.state import changes_state
 
 EMB = HashingEmbedder(32)
 
@@ -137,3 +145,91 @@ def test_the_fit_counts_every_call_and_abstains_where_no_write_follows() -> None
     bags = vectors([("what is my baggage allowance kindly now",)], rule.view or LAST, EMB)[0]
     for prefix in ((), ("get_user_details",)):  # the read-only span that follows the write: no skill
         assert decide(rule, bags, prefix).skill_id is None
+
+
+def _call(cid: str, tool: str) -> list[dict[str, Any]]:
+    return [
+        {"role": "assistant", "tool_calls": [{"id": cid, "function": {"name": tool, "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": cid, "content": "{}"},
+    ]
+
+
+def _openings(messages: list[dict[str, Any]]) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """(the history's opening points, the live openings) of one conversation, as the view texts they embed."""
+    stored = [
+        HistoryRun(f"r{s.index}", s.query, " > ".join(t.tool for t in s.steps), f"h{s.index}", "c", s.index)
+        for s in segment_conversation(messages)
+    ]
+    history = [p.so_far for p in call_points(stored) if p.opening]
+    writes = functools.partial(changes_state, declared=None)
+    live = []
+    for k, m in enumerate(messages):  # before every model call: every assistant message
+        if m["role"] != "assistant":
+            continue
+        conv = Conversation.from_messages(messages[:k])
+        users = [x for x in messages[:k] if x["role"] == "user"]
+        request = conv.request(message_text(users[-1]["content"]), writes)
+        if len(request) == 1 and not conv.prefix(writes):
+            live.append(request)
+    return history, live
+
+
+def _texts(points: list[tuple[str, ...]]) -> list[tuple[str, str]]:
+    return [(view_text(p, LAST), view_text(p, RECENT)) for p in points]
+
+
+def test_a_message_of_several_lines_or_content_parts_is_one_message_in_history_and_live() -> None:
+    """An opening is one user *message*: the stored query keeps where each message starts, so the history's
+    openings are the live ones — not the first line of a message that spans lines."""
+    messages = [
+        {"role": "user", "content": "Hi, I need help.\nPlease cancel reservation ABC123"},
+        *_call("1", "get_reservation_details"),
+        *_call("2", "cancel_reservation"),
+        {"role": "user", "content": [{"type": "text", "text": "Thanks."}, {"type": "text", "text": "Book one."}]},
+        *_call("3", "search_direct_flight"),
+        *_call("4", "book_reservation"),
+    ]
+    history, live = _openings(messages)
+    assert _texts(live) == [
+        ("Hi, I need help. Please cancel reservation ABC123",) * 2,
+        ("Thanks. Book one.",) * 2,
+    ]
+    assert _texts(history) == _texts(live)
+    points = call_points(
+        [
+            HistoryRun(f"r{s.index}", s.query, "x > cancel_reservation", "h", "c", s.index)
+            for s in segment_conversation(messages)
+        ]
+    )
+    assert all(view_text(p.so_far, LAST) != "Hi, I need help." for p in points)  # no first-line-only point
+
+
+user_text = st.text(st.sampled_from("ab \n\r\t"), max_size=8)
+content = user_text | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": user_text}), max_size=3)
+
+
+def _conversation(first: list[Any], second: list[Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": c} for c in first]
+    messages += [*_call("1", "get_user_details"), *_call("2", "cancel_reservation")]
+    messages += [{"role": "user", "content": c} for c in second]
+    return [*messages, *_call("3", "get_user_details"), *_call("4", "update_reservation_flights")]
+
+
+@settings(deadline=None, max_examples=200)
+@given(content, content, st.booleans())
+def test_the_history_s_openings_are_the_live_openings_whatever_the_message(
+    first: Any, second: Any, blank: bool
+) -> None:
+    """A model call after each message: the history's openings are exactly the live ones (a blank message,
+    empty text parts or a bare line break included)."""
+    history, live = _openings(_conversation([first], ["\n \r\n", second] if blank else [second]))
+    assert _texts(history) == _texts(live)
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(content, min_size=1, max_size=3), st.lists(content, min_size=1, max_size=3))
+def test_every_live_opening_is_one_of_the_history_s_whatever_the_messages(first: list[Any], second: list[Any]) -> None:
+    """Several messages before a model call: the history also has a point after each of them (it cannot know
+    where the agent was called), so the live openings are among the history's."""
+    history, live = _openings(_conversation(first, second))
+    assert set(_texts(live)) <= set(_texts(history))

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from skillflow.capture.segments import segment_conversation
 from skillflow.injection.conversation import LAST, RECENT, view_text
 from skillflow.injection.embeddings import HashingEmbedder
+from skillflow.injection.history import HistoryRun, requests
 from skillflow.injection.views import JOINT, NGRAM_DIM, vectors
 from skillflow.promotion.redact import redact_query
 
@@ -18,7 +20,8 @@ def test_the_joint_view_is_four_equal_blocks_of_two_texts() -> None:
     v = vectors([CONV], JOINT, EMB)[0]
     assert v.shape == (2 * EMB.dim + 2 * NGRAM_DIM,) and np.isclose(np.linalg.norm(v), 1.0)
     last, recent = view_text(CONV, LAST), view_text(CONV, RECENT)
-    assert last == "thank you" and recent.startswith("thank you | yes, please proceed")
+    assert last == "yes, please proceed thank you"  # a message is one line, whatever its line breaks
+    assert recent.startswith("yes, please proceed thank you | I need to cancel")
     # Four unit blocks, normalised together: each block is its own vector scaled by 1/2.
     np.testing.assert_allclose(v[: EMB.dim], EMB.embed([last])[0] / 2, atol=1e-6)
     np.testing.assert_allclose(v[EMB.dim : 2 * EMB.dim], EMB.embed([recent])[0] / 2, atol=1e-6)
@@ -29,10 +32,13 @@ def test_the_joint_view_is_four_equal_blocks_of_two_texts() -> None:
 
 @pytest.mark.parametrize("view", [LAST, RECENT, JOINT])
 def test_a_stored_run_and_the_live_conversation_give_the_same_vector(view: str) -> None:
-    """A stored segment's query is its user messages joined by newlines; the live side passes them one by one,
-    a message possibly spanning lines. Both are read line by line and redacted per line."""
+    """A stored segment's query holds its user messages one a line; the live side passes them one by one, a
+    message possibly spanning lines. Both read a message as one line and redact it whole."""
     live = ("My card is 4111 1111 1111 1111, cancel it", "yes\nplease go ahead with reservation ABC123")
-    stored = "\n".join(live).split("\n")
+    messages = [{"role": "user", "content": m} for m in live]
+    messages.append({"role": "assistant", "tool_calls": [{"id": "1", "function": {"name": "cancel_reservation"}}]})
+    stored = requests([HistoryRun("r", segment_conversation(messages)[0].query, "cancel_reservation", "h", "c", 0)])[0]
+    assert len(stored) == len(live)
     a = vectors([live], view, EMB, redact_query)
     b = vectors([stored], view, EMB, redact_query)
     np.testing.assert_array_equal(a, b)
@@ -48,7 +54,7 @@ def test_each_distinct_text_is_embedded_once_and_blank_requests_stay_defined() -
             return super().embed(texts)
 
     out = vectors([CONV, CONV, ()], LAST, Counting(32))
-    assert out.shape == (3, 32) and sorted(seen) == sorted(["thank you", " "])
+    assert out.shape == (3, 32) and sorted(seen) == sorted(["yes, please proceed thank you", " "])
     assert np.all(np.isfinite(vectors([()], JOINT, EMB)))
 
 

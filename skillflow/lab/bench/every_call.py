@@ -58,6 +58,7 @@ from skillflow.injection.history import examples as history_examples
 from skillflow.injection.rule import LiveSkill, Rule, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.messages import message_text
 from skillflow.kernel.state import changes_state
 from skillflow.lab.bench.applicability_bench import Seg, activate, conversation_segs, gated_skills, history_runs
 from skillflow.lab.bench.call_points import CallPoint, Dialog, dialog, gold_writes
@@ -289,7 +290,7 @@ def _so_far(messages: Sequence[Mapping[str, Any]]) -> tuple[str, Sequence[Mappin
     """What an agent passes to ``prepare`` before its next model call (README, the agent loop)."""
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     last = users[-1] if users else 0
-    query = str(messages[last].get("content") or "") if users else ""
+    query = message_text(messages[last].get("content")) if users else ""
     return query, messages[:last], Conversation.from_messages(messages)
 
 
