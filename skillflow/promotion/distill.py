@@ -1,7 +1,10 @@
 """Distillation: a class's evidence becomes one SKILL.md or INSUFFICIENT, behind the ``Distiller`` protocol.
 
 ``OfflineDistiller`` is the embedded default: deterministic, no network, and it only ever writes shapes
-(``<id>``, ``<date>`` …), tool names, argument key names and error classes — never a source value.
+(``<id>``, ``<date>`` …), tool names, argument key names and error classes — never a source value. A key
+is written only when it is a structural name (:func:`skillflow.promotion.redact.structural_names`): a key is
+run data an attacker can reach, so a procedure whose own keys are not plain parameter names is
+INSUFFICIENT, and any other key is shown as ``<key>`` (docs/SECURITY.md).
 """
 
 from __future__ import annotations
@@ -16,7 +19,14 @@ from skillflow.kernel import canonical
 from skillflow.kernel.models import EvidenceRun
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.judge import failure_error_classes
-from skillflow.promotion.redact import redact_text, shape_of, source_literals, structure_of
+from skillflow.promotion.redact import (
+    redact_text,
+    safe_key,
+    shape_of,
+    source_literals,
+    structural_names,
+    structure_of,
+)
 from skillflow.promotion.skillmd import SkillMdError, render_skill_md, slugify
 
 if TYPE_CHECKING:
@@ -167,6 +177,9 @@ class OfflineDistiller:
             return insufficient("evidence contradicts: more failures than successes")
         if any(_signature_tools(r) != tools for r in evidence.successes):
             return insufficient("evidence contradicts: sample runs do not follow the class signature")
+        names = structural_names(evidence)
+        if any(str(k) not in names for u in units for k in u.get("arg_keys", [])):
+            return insufficient("an argument key of the procedure is not a plain parameter name")
         literals = source_literals(evidence)
         shapes = _arg_shapes(evidence.successes)
         preconditions: list[str] = []
@@ -190,7 +203,7 @@ class OfflineDistiller:
             f"Use when the user asks {phrase} and every precondition holds; "
             "not for other intents, near misses or partial matches."
         )
-        sections = self._sections(evidence, units, shapes, preconditions, phrase, literals)
+        sections = self._sections(evidence, units, shapes, preconditions, phrase, literals, names)
         meta = provenance(evidence, self.name, self.prompt_version)
         try:
             text = render_skill_md(name, description, tools_unique(tools), preconditions, meta, sections)
@@ -211,6 +224,7 @@ class OfflineDistiller:
         preconditions: list[str],
         phrase: str,
         literals: set[str],
+        names: set[str],
     ) -> dict[str, str]:
         when = "\n".join(
             [
@@ -254,7 +268,7 @@ class OfflineDistiller:
         for i, step in enumerate(shown_steps, start=1):
             arguments = step.get("arguments")
             shown = (
-                ", ".join(f"{k}={shape_of(v)}" for k, v in arguments.items())
+                ", ".join(f"{safe_key(k, names)}={shape_of(v)}" for k, v in arguments.items())
                 if isinstance(arguments, dict)
                 else shape_of(arguments)
             )
