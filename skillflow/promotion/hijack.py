@@ -1,4 +1,5 @@
-"""Instruction-hijack check: text that tells an agent to contact outsiders, drop its instructions or change role.
+"""Instruction-hijack check: text that tells an agent to contact outsiders, drop its instructions or safeguards,
+or change role.
 
 A skill is injected with instruction authority (docs/SECURITY.md), so validation refuses one in which
 :func:`hijack_findings` finds anything, and trigger queries that trip it are never stored. The rules are
@@ -60,11 +61,26 @@ CALL_NAME = re.compile(
     r"\b(?i:call|invoke|run|execute|trigger|use)\s+(?i:the\s+)?(?i:tool\s+|function\s+)?`?"
     r"(?P<name>[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+|[a-z]+[A-Z][A-Za-z0-9]+)`?"
 )
+_CHECKS = (
+    r"checks?|checking|verifications?|confirmations?|pre-?conditions?|validations?|approvals?|authentication"
+    r"|authori[sz]ation|consent|eligibility|identity"
+)
+# Text that talks an agent out of its own safeguards: skip a check, do not ask for confirmation, "pre-approved".
+# A negation just before the verb ("never skip the check", "do not skip") is the safeguard, not its removal.
+WEAKEN = re.compile(
+    rf"(?i)(?<!not\s)(?<!never\s)(?<!n't\s)\b(?:skip|skipping|bypass|waive|waiving|omit|omitting|disable|disabling"
+    rf"|circumvent)\b(?:\W+\w+){{0,3}}?\W+(?:{_CHECKS})\b"
+    rf"|\b(?:never|do\s+not|don'?t|no\s+need\s+to)\s+(?:ask|request|wait)\b(?:\W+\w+){{0,3}}?\W+"
+    rf"(?:confirm|confirmation|consent|approval|permission)\b"
+    rf"|\b(?:never|do\s+not|don'?t|no\s+need\s+to)\s+(?:check|verify|validate|authenticate)\b(?:\W+\w+){{0,2}}?\W+"
+    rf"(?:identity|eligibility|ownership|pre-?conditions?|polic(?:y|ies)|consent|user)\b"
+    rf"|\b(?:is|are|was|were|been)\s+(?:already\s+)?pre-?(?:approved|authori[sz]ed|verified|cleared)\b"
+)
 _SENTENCE = re.compile(r"(?<=[.!?\n])\s+")
 
 
 def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
-    """Kinds of instruction hijack in ``text`` (``override``, ``role``, ``addressed``, ``contact``,
+    """Kinds of instruction hijack in ``text`` (``override``, ``role``, ``addressed``, ``weaken``, ``contact``,
     ``bulk``, ``outside-tool``). A sentence that names one of ``tools`` (the class's tool sequence) may
     say "send"/"call"; it may still not address an outside party or a tool outside the sequence."""
     sequence = {t.casefold() for t in tools}
@@ -74,7 +90,7 @@ def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
         text = text + "\n" + joined
     body = re.sub(r"[_]+", " ", text)
     kinds: set[str] = set()
-    for kind, pattern in (("override", OVERRIDE), ("role", ROLE), ("addressed", ADDRESSED)):
+    for kind, pattern in (("override", OVERRIDE), ("role", ROLE), ("addressed", ADDRESSED), ("weaken", WEAKEN)):
         if pattern.search(body):
             kinds.add(kind)
     for sentence in _SENTENCE.split(text):
