@@ -3,7 +3,7 @@ or change role.
 
 A skill is injected with instruction authority (docs/SECURITY.md), so validation refuses one in which
 :func:`hijack_findings` finds anything, and trigger queries that trip it are never stored. The rules are
-deterministic and deliberately broad; the LLM judge is asked the same question (prompts/judge_v2.md). The
+deterministic and deliberately broad; the LLM judge is asked the same question (prompts/judge_v3.md). The
 text is read through :func:`skillflow.kernel.textnorm.fold` first.
 """
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 DISTILL_PROMPT = "distill_v2"
-JUDGE_PROMPT = "judge_v2"
+JUDGE_PROMPT = "judge_v3"
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(.*)\n```$", re.DOTALL)
 T = TypeVar("T")

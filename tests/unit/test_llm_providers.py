@@ -195,9 +195,9 @@ def test_judge_well_formed_and_malformed(server: FakeLLMServer, make: object) ->
     assert sent["skill_md"] == SKILL and "successes" in sent["evidence"] and "failures" in sent["evidence"]
     if first.path.endswith("/chat/completions"):
         assert first.body["response_format"] == {"type": "json_object"}
-        assert first.body["messages"][0]["content"] == load_prompt("judge_v2")
+        assert first.body["messages"][0]["content"] == load_prompt("judge_v3")
     else:
-        assert first.body["system"] == load_prompt("judge_v2")
+        assert first.body["system"] == load_prompt("judge_v3")
     for req in server.received:
         assert_no_source_values(req)
 
