@@ -22,7 +22,8 @@ from sqlalchemy.exc import OperationalError
 
 from skillflow.capture import spool
 from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator
-from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, write_run
+from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, normalize_tenant, write_run
+from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.guard import MAX_RETRIEVAL_CHARS, PrepareArgs
@@ -30,12 +31,23 @@ from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemb
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
+from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
 from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
 from skillflow.storage.migrations import require_current
 from skillflow.storage.schema import agent_tools, workflow_memory
 
 log = logging.getLogger("skillflow.runtime")
+
+
+def _flag(value: Any) -> bool | None:
+    """A caller's boolean flag: a bool (numpy's too) or the integer 0/1; ``None`` for anything else. Never calls
+    the value's own ``__bool__``/``__eq__``."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if type(value) is int and value in (0, 1):
+        return bool(value)
+    return None
 
 
 @dataclass
@@ -156,6 +168,11 @@ class Skillflow:
         ``strict=True`` invalid input raises :class:`RunValidationError` and a database error is re-raised
         (after spooling the run).
         """
+        if isinstance(run_id, str) and str.startswith(run_id, CONVERSATION_RUN_PREFIX):
+            error = f"run_id: the prefix {CONVERSATION_RUN_PREFIX!r} is reserved for record_conversation"
+            if _flag(strict):
+                raise RunValidationError(error)
+            return CaptureResult("", False, error=error)
         if isinstance(execution_error, BaseException):
             execution_error = type(execution_error).__name__
         elif isinstance(execution_error, type) and issubclass(execution_error, BaseException):
@@ -208,37 +225,40 @@ class Skillflow:
 
         if not self.options.workflow_memory:
             return [CaptureResult("", False, error="workflow memory is disabled for this agent")]
+        strict = _flag(strict) is True
         try:
+            whole = _flag(complete)
+            if whole is None:
+                raise RunValidationError("complete must be True or False")
+            agent = normalize_tenant("agent_id", self.agent_id)
+            user = normalize_tenant("user_id", user_id)
             conversation = normalize_conversation_id(conversation_id)
             if conversation is None:
                 raise RunValidationError("conversation_id must be a non-empty string")
             given = given_outcome(outcome)
-            segments = segment_conversation(messages, self._declared_tools(), complete=complete)
+            segments = segment_conversation(messages, self._declared_tools(), complete=whole)
             activated = dict(skills_activated or {})
         except Exception as exc:
             if strict:
                 raise
-            error = str(exc) if isinstance(exc, ValueError) else f"conversation could not be read: {type(exc).__name__}"
+            # Only the project's own refusals are quoted: another exception's text may carry a caller's value.
+            error = str(exc) if isinstance(exc, InputError) else f"conversation could not be read: {type(exc).__name__}"
             log.warning("conversation rejected: %s", error)  # names a position or a field, never a value
             return [CaptureResult("", False, error=error)]
-        if not complete and (given is not None or self.workflow_outcome_evaluator is not None):
+        if not whole and (given is not None or self.workflow_outcome_evaluator is not None):
             return []
         assert self.config is not None
-        ids, evaluator = (self.agent_id, user_id, conversation), self.workflow_outcome_evaluator
+        ids, evaluator = (agent, user, conversation), self.workflow_outcome_evaluator
         verdict = given or conversation_outcome(ids, messages, segments, metadata, evaluator, self.config)
         results = []
         for seg in segments:
-            # A non-text user_id gets no id here: normalization refuses it, naming the field.
-            run_id = (
-                segment_run_id(self.agent_id, user_id, conversation, seg.index) if isinstance(user_id, str) else None
-            )
             raw = {
                 "query": seg.query,
-                "agent_id": self.agent_id,
-                "user_id": user_id,
+                "agent_id": agent,
+                "user_id": user,
                 "steps": seg.steps,
                 "skills_activated": activated.get(seg.index, ()),
-                "run_id": run_id,
+                "run_id": segment_run_id(agent, user, conversation, seg.index),
                 "created_at": created_at,
                 "metadata": metadata,
                 "conversation_id": conversation,
@@ -275,6 +295,7 @@ class Skillflow:
         evaluator, :func:`skillflow.capture.outcome.apply_conversation`; a spooled run keeps it)."""
         if not self.options.workflow_memory:
             return CaptureResult("", False, error="workflow memory is disabled for this agent")
+        strict = _flag(strict) is True
         try:
             normalized = normalize_run(run)
         except RunValidationError as exc:
@@ -454,17 +475,20 @@ class Skillflow:
         cannot use (a wrong type, an unknown provider) degrades the turn to a request without skills, the
         reason in ``error``; the request is always strict JSON (docs/guide/runtime.md, "When prepare degrades").
         """
-        args = PrepareArgs.read(
-            query,
-            user_id,
-            providers=PROVIDERS,
-            provider=provider,
-            system_prompt=system_prompt,
-            conversation=conversation,
-            history=history,
-            memories=memories,
-            workflows=workflows,
-        )
+        try:
+            args = PrepareArgs.read(
+                query,
+                user_id,
+                providers=PROVIDERS,
+                provider=provider,
+                system_prompt=system_prompt,
+                conversation=conversation,
+                history=history,
+                memories=memories,
+                workflows=workflows,
+            )
+        except Exception as exc:  # noqa: BLE001 - PrepareArgs.read never raises by design; this holds the promise
+            args = PrepareArgs.unreadable(PROVIDERS, exc)
         problems = args.problems
         skills: list[ScoredSkill] = []
         unread: list[str] = []  # the skills could not be read: the turn degrades, the reason names the error class

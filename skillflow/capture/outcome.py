@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import Step, WorkflowOutcome
 
 
@@ -122,16 +123,17 @@ class ConversationOutcome:
 def given_outcome(value: Any) -> ConversationOutcome | None:
     """The caller's ``outcome=``: ``None``, a bool, ``"success"``/``"failure"`` or a ``WorkflowOutcome``.
 
-    Raises ``ValueError`` (naming the parameter, never the value) for anything else.
+    Raises :class:`~skillflow.kernel.errors.InputError` (naming the parameter, never the value) for anything
+    else.
     """
     if value is None:
         return None
     try:
         verdict = _coerce(value)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - a caller's object that fails to compare is not an outcome
         verdict = None
     if verdict is None:
-        raise ValueError("outcome must be a bool, 'success', 'failure' or a WorkflowOutcome")
+        raise InputError("outcome must be a bool, 'success', 'failure' or a WorkflowOutcome")
     return ConversationOutcome(verdict, "given")
 
 

@@ -13,8 +13,10 @@ from sqlalchemy import Connection, and_, insert, select
 from skillflow.capture.outcome import ConversationOutcome, Evaluator, Workflow, apply_conversation, resolve_outcome
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.errors import InputError
+from skillflow.kernel.messages import blank
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, new_id, utcnow
-from skillflow.kernel.textnorm import encodable
+from skillflow.kernel.textnorm import encodable, unstorable
 from skillflow.storage.schema import skill_activations, skillbox, workflow_memory
 
 MAX_ID_CHARS = 64
@@ -25,7 +27,7 @@ MAX_STEPS = 500
 TRUNCATED = "…[truncated]"
 
 
-class RunValidationError(ValueError):
+class RunValidationError(InputError):
     """A run that cannot be stored as given; the message names the field, never its value."""
 
 
@@ -112,12 +114,19 @@ def sanitize(value: Any, depth: int = 0, _path: frozenset[int] = frozenset(), _b
     return safe_str(value, 500, use_repr=True)
 
 
-def _tenant(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+def normalize_tenant(name: str, value: Any) -> str:
+    """``agent_id``/``user_id`` as a plain string, refused (naming ``name``) when it is not a non-empty string of
+    at most 255 characters, or holds NUL or a lone surrogate: coercing those would make two tenants one."""
+    if not isinstance(value, str):
         raise RunValidationError(f"{name} must be a non-empty string")
-    if len(value) > MAX_TENANT_CHARS:
+    text: str = str.__str__(value)  # a str subclass's own methods are never called
+    if not text.strip():
+        raise RunValidationError(f"{name} must be a non-empty string")
+    if len(text) > MAX_TENANT_CHARS:
         raise RunValidationError(f"{name} is longer than {MAX_TENANT_CHARS} characters")
-    return clean_text(value)
+    if unstorable(text):
+        raise RunValidationError(f"{name} must not contain NUL or lone surrogate characters")
+    return text
 
 
 def _step(raw: Any, index: int) -> Step:
@@ -126,7 +135,7 @@ def _step(raw: Any, index: int) -> Step:
     elif isinstance(raw, Mapping):
         tool = raw.get("tool")
         step = Step(
-            tool=raw.get("name") if tool is None or tool == "" else tool,  # type: ignore[arg-type]  # checked below
+            tool=raw.get("name") if blank(tool) else tool,  # type: ignore[arg-type]  # checked below
             arguments=raw.get("arguments", {}),
             result=raw.get("result"),
             error=raw.get("error"),
@@ -139,7 +148,7 @@ def _step(raw: Any, index: int) -> Step:
         raise RunValidationError(f"steps[{index}].tool must be a non-empty string of at most 255 characters")
     if any(ord(ch) < 32 for ch in step.tool):
         raise RunValidationError(f"steps[{index}].tool must not contain control characters")
-    error = None if step.error is None or step.error == "" else safe_str(step.error, 2000, use_repr=True)
+    error = None if blank(step.error) else safe_str(step.error, 2000, use_repr=True)
     ts = step.timestamp
     if isinstance(ts, str):
         ts = _clean_str(ts, 64)
@@ -151,7 +160,7 @@ def _step(raw: Any, index: int) -> Step:
         arguments=sanitize(step.arguments),
         result=sanitize(step.result),
         error=error or None,
-        error_class=None if error_class is None or error_class == "" else safe_str(error_class, 100),
+        error_class=None if blank(error_class) else safe_str(error_class, 100),
         timestamp=ts,
     )
 
@@ -220,7 +229,7 @@ def _normalize(run: RunInput | Mapping[str, Any]) -> RunInput:
         if "steps" in run and isinstance(run["steps"], Mapping):
             try:
                 known["steps"] = canonical.steps_from_document(run)
-            except ValueError as exc:  # the message names the shape, never a value
+            except InputError as exc:  # the message names the shape, never a value
                 raise RunValidationError(f"steps: {exc}") from None
         try:
             run = RunInput(**known)
@@ -233,18 +242,18 @@ def _normalize(run: RunInput | Mapping[str, Any]) -> RunInput:
         raise RunValidationError("steps must be a sequence")
     if len(run.steps) > MAX_STEPS:
         raise RunValidationError(f"a run holds at most {MAX_STEPS} steps")
-    run_id = new_id() if run.run_id is None or run.run_id == "" else run.run_id
+    run_id = new_id() if blank(run.run_id) else run.run_id
     if not isinstance(run_id, str) or len(run_id) > MAX_ID_CHARS:
         raise RunValidationError(f"run_id must be a string of at most {MAX_ID_CHARS} characters")
     err = run.execution_error
     return replace(
         run,
         query=_clean_str(query, MAX_QUERY_CHARS),
-        agent_id=_tenant("agent_id", run.agent_id),
-        user_id=_tenant("user_id", run.user_id),
+        agent_id=normalize_tenant("agent_id", run.agent_id),
+        user_id=normalize_tenant("user_id", run.user_id),
         steps=tuple(_step(s, i) for i, s in enumerate(run.steps)),
         skills_activated=_skill_ids(run.skills_activated),
-        execution_error=None if err is None or err == "" else safe_str(err, 200),
+        execution_error=None if blank(err) else safe_str(err, 200),
         run_id=_clean_str(run_id, MAX_ID_CHARS),
         created_at=_created_at(run.created_at),
         metadata=_metadata(run.metadata),
@@ -255,11 +264,11 @@ def _normalize(run: RunInput | Mapping[str, Any]) -> RunInput:
 
 def normalize_conversation_id(value: Any) -> str | None:
     """``conversation_id``: None or "" → none; a string of at most 255 characters without control characters."""
-    if value is None or value == "":
+    if blank(value):
         return None
     if not isinstance(value, str) or len(value) > MAX_TENANT_CHARS or any(ord(ch) < 32 for ch in value):
         raise RunValidationError(f"conversation_id must be a string of at most {MAX_TENANT_CHARS} characters")
-    return clean_text(value)
+    return clean_text(str.__str__(value))
 
 
 def _segment_index(value: Any) -> int | None:

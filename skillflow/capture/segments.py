@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from skillflow.kernel.messages import message_line, message_text
+from skillflow.kernel.errors import InputError
+from skillflow.kernel.messages import blank, message_line, message_text
 from skillflow.kernel.models import Step
 from skillflow.kernel.state import NOOP_TOOLS, READ_VERBS, WRITE_VERBS, changes_state, verb
 
@@ -25,6 +26,7 @@ __all__ = [
     "NO_RESULT",
     "READ_ONLY",
     "READ_VERBS",
+    "RUN_PREFIX",
     "WRITE_VERBS",
     "ConversationError",
     "Segment",
@@ -35,12 +37,13 @@ __all__ = [
 ]
 
 READ_ONLY = "read-only"
+RUN_PREFIX = "conv-"  # segment_run_id's ids: record_run refuses a caller's run id that starts with it
 NO_RESULT = "no tool result recorded"
 ERROR_PREFIX = "Error"
 MAX_MESSAGES = 5000
 
 
-class ConversationError(ValueError):
+class ConversationError(InputError):
     """A conversation that cannot be read; the message names the position, never a value."""
 
 
@@ -71,8 +74,8 @@ def _result(message: Mapping[str, Any] | None) -> tuple[Any, str | None, str | N
     """(result, error, error_class) of a tool message; a missing message is an error of its own."""
     if message is None:
         return None, NO_RESULT, "Error:no_result"
-    if message.get("error") not in (None, ""):
-        return None, message_text(message.get("error")), None
+    if not blank(message.get("error")):
+        return None, message_text(message.get("error")) or ERROR_PREFIX, None
     content = message.get("content")
     text = message_text(content)
     if text.startswith(ERROR_PREFIX):
@@ -175,4 +178,4 @@ def segment_conversation(
 def segment_run_id(agent_id: str, user_id: str, conversation_id: str, index: int) -> str:
     """The deterministic run id of segment ``index`` of a tenant's conversation (re-recording converges)."""
     digest = hashlib.sha256(f"{agent_id}\x00{user_id}\x00{conversation_id}".encode("utf-8", "surrogatepass"))
-    return f"conv-{digest.hexdigest()[:40]}-{index}"
+    return f"{RUN_PREFIX}{digest.hexdigest()[:40]}-{index}"

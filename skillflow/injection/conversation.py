@@ -22,6 +22,9 @@ from skillflow.kernel.messages import message_line, message_text
 LAST = "last"  # the latest user message
 RECENT = "recent"  # the last three user messages, newest first, one text
 RECENT_MESSAGES = 3
+# The characters of a message a view reads: more than the embedding model reads (256 word pieces), and a bound
+# on the redaction every model call pays, whatever the length of a message (docs/guide/runtime.md).
+MAX_VIEW_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -101,13 +104,13 @@ def view_text(messages: Sequence[str], view: str, form: Callable[[str], str] = l
     """The text one single-text view embeds (see :mod:`skillflow.injection.views`).
 
     A message is read as one line (:func:`skillflow.kernel.messages.message_line`), as a stored segment's
-    query holds it, and ``form`` (redaction) is applied per message: stored history and live requests give
-    the same text.
+    query holds it, its first ``MAX_VIEW_CHARS`` characters only, and ``form`` (redaction) is applied per
+    message: stored history and live requests give the same text.
     """
     if view not in (LAST, RECENT):
         raise ValueError(f"unknown view {view!r}; expected {LAST} or {RECENT}")
     need = 1 if view == LAST else RECENT_MESSAGES
-    lines = [message_line(m) for m in messages if m and m.strip()]
+    lines = [message_line(m[:MAX_VIEW_CHARS]) for m in messages if m and m.strip()]
     newest: list[str] = []  # only the lines the view reads are redacted, newest first
     for line in reversed(lines):
         text = " ".join(form(line).split())

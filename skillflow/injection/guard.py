@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
-from skillflow.kernel.textnorm import encodable
+from skillflow.kernel.textnorm import encodable, unstorable
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
 
@@ -22,7 +22,7 @@ def safe_text(value: Any) -> str:
     """Text for any value, never raising: bytes decode as UTF-8 (errors replaced), a failing ``__str__``
     becomes ``<unprintable T>``."""
     if isinstance(value, str):
-        return encodable(value)
+        return encodable(str.__str__(value))  # a str subclass's own methods are never called
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", "replace")
     try:
@@ -40,7 +40,7 @@ def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) 
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, str):
-        return encodable(value)
+        return encodable(str.__str__(value))
     if isinstance(value, bytes | bytearray):
         return f"<{len(value)} bytes>"
     if _depth > 50:
@@ -86,6 +86,12 @@ class PrepareArgs:
     problems: list[str] = field(default_factory=list)
 
     @classmethod
+    def unreadable(cls, providers: Sequence[str], exc: BaseException) -> PrepareArgs:
+        """The arguments when reading them failed anyway: an empty request, the error class named."""
+        problem = f"arguments could not be read ({type(exc).__name__})"
+        return cls("", "", providers[0], None, None, [], [], [], [problem])
+
+    @classmethod
     def read(
         cls,
         query: Any,
@@ -105,7 +111,9 @@ class PrepareArgs:
             problems.append("query must be a string")
         if not isinstance(user_id, str):
             problems.append("user_id must be a string")
-        known = isinstance(provider, str) and provider in providers
+        elif unstorable(str.__str__(user_id)):  # capture refuses it too: coerced, it would read another user's skills
+            problems.append("user_id must not contain NUL or lone surrogate characters")
+        known = isinstance(provider, str) and str.__str__(provider) in providers
         if not known:
             problems.append(f"unknown provider; expected one of {', '.join(providers)}")
         if system_prompt is not None and not isinstance(system_prompt, str):
@@ -123,7 +131,7 @@ class PrepareArgs:
         return cls(
             query=safe_text("" if query is None else query),
             user_id=safe_text(user_id),
-            provider=provider if known else providers[0],
+            provider=str.__str__(provider) if known else providers[0],
             system_prompt=None if system_prompt is None else safe_text(system_prompt),
             conversation=conversation,
             history=messages,

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import Step, Unit
 
 DEFAULT_NOOP_TOOLS: tuple[str, ...] = ("think",)
@@ -164,12 +165,12 @@ def steps_from_document(doc: Mapping[str, Any]) -> list[Step]:
     elif isinstance(raw, list):
         items = [(str(b.get("tool") or b.get("name") or "") if isinstance(b, Mapping) else "", b) for b in raw]
     else:
-        raise ValueError("steps must be a mapping of 'Step N: tool' or a list of step objects")
+        raise InputError("steps must be a mapping of 'Step N: tool' or a list of step objects")
     steps = []
     for tool, body in items:
         body = body if isinstance(body, Mapping) else {}
         if not tool:
-            raise ValueError("every step needs a tool name")
+            raise InputError("every step needs a tool name")
         error = body.get("error")
         steps.append(
             Step(

@@ -15,6 +15,11 @@ from typing import ClassVar
 from sqlalchemy.exc import OperationalError
 
 
+class InputError(ValueError):
+    """Input the project refuses. Its message names a field or a position, never a value, so callers may show it;
+    any other exception met while reading a caller's input is reported by its type only."""
+
+
 class TransientError(Exception):
     """A failure a later attempt may not meet: rate limit, timeout, 5xx, lost connection, lock timeout."""
 

@@ -12,16 +12,26 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
+def blank(value: Any) -> bool:
+    """``None`` or the empty string; never compares a caller's object (its ``__eq__`` may raise or be odd)."""
+    return value is None or (isinstance(value, str) and not str.__len__(value))
+
+
 def message_text(content: Any) -> str:
-    """A message's text: a string, or the text parts of an OpenAI content list."""
+    """A message's text: a string, or the text parts of an OpenAI content list; anything else its ``str``
+    (empty when that raises)."""
     if content is None:
         return ""
     if isinstance(content, str):
-        return content
+        return str.__str__(content)
     if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
         parts = [p.get("text") for p in content if isinstance(p, Mapping)]
-        return "\n".join(p for p in parts if isinstance(p, str))
-    return str(content)
+        return "\n".join(str.__str__(p) for p in parts if isinstance(p, str))
+    try:
+        text = str(content)
+    except Exception:  # noqa: BLE001 - a caller's object whose __str__ raises has no text
+        return ""
+    return text if isinstance(text, str) else ""
 
 
 def message_line(text: str) -> str:

@@ -26,6 +26,11 @@ def encodable(text: str) -> str:
     return text
 
 
+def unstorable(text: str) -> bool:
+    """Whether ``text`` holds NUL or a lone surrogate: what no database text column (or UTF-8 file) holds as is."""
+    return "\x00" in text or _SURROGATE.search(text) is not None
+
+
 _TAG_FIRST, _TAG_LAST = 0xE0000, 0xE007F
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Letters without a decomposition that render as blanks (Hangul fillers, braille blank).

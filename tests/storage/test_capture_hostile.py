@@ -1,7 +1,8 @@
 """Capture cannot strand a run: lone surrogates, hostile run ids and broken spool files.
 
-A lone surrogate (``"\\ud800"``) in any field is replaced by U+FFFD at capture, so the run is stored
-while the database is up and spooled (then replayed) while it is down; a spool file is written
+A lone surrogate (``"\\ud800"``) in any field but the tenant ids (refused there, see
+tests/storage/test_hostile_callers.py) is replaced by U+FFFD at capture, so the run is stored while the
+database is up and spooled (then replayed) while it is down; a spool file is written
 atomically and named without trusting the caller's ``run_id``; ``replay_spool`` quarantines a file it
 cannot read in ``bad/`` and goes on with the good ones.
 """
@@ -44,7 +45,6 @@ def _down(tmp_path: Path) -> Engine:
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("query", {"query": f"refund {S} now"}),
-    ("user_id", {"user_id": f"u{S}"}),
     ("tool", {"steps": [{"tool": f"look{S}up"}]}),
     ("argument key", {"steps": [{"tool": "lookup", "arguments": {f"k{S}": 1}}]}),
     ("argument value", {"steps": [{"tool": "lookup", "arguments": {"k": f"v{S}"}}]}),
@@ -208,7 +208,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, S
 )  # examples: the profile (tests/conftest.py)
 @given(
     query=TEXT,
-    user=TEXT,
+    user=TEXT.map(lambda t: re.sub("[\ud800-\udfff\x00]", "", t)),  # refused in an id (test_hostile_callers.py)
     tool=TEXT.map(lambda t: "t" + "".join(c for c in t if ord(c) >= 32)),
     key=TEXT,
     value=TEXT,

@@ -285,6 +285,6 @@ def test_a_conversation_with_lone_surrogates_is_stored(engine: Engine, tmp_path:
         {"role": "tool", "tool_call_id": "c1", "content": "ok \udfff"},
     ]
     sf = Skillflow(agent_id="a", engine=engine, spool_dir=tmp_path / "spool")
-    results = sf.record_conversation(messages, "u\ud800", conversation_id="conv\ud800")
+    results = sf.record_conversation(messages, "u", conversation_id="conv\ud800")  # an id refuses one
     assert results and all(r.stored for r in results), [r.error for r in results]
     assert not (tmp_path / "spool").exists()  # stored, not spooled

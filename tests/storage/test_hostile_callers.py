@@ -1,0 +1,147 @@
+"""What an outside audit of the runtime found, one regression test each (each failed on the code before it).
+
+The promises (docs/guide/runtime.md): capture and ``prepare`` never raise into the agent, for any value of
+any parameter; an error names a field or a position, never a value; every read and write is scoped by
+exactly ``(agent_id, user_id)``; recording a conversation again converges on its run ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import Engine, func, select
+
+from skillflow.capture.segments import segment_run_id
+from skillflow.injection import conversation as live
+from skillflow.runtime import Skillflow
+from skillflow.storage.schema import workflow_memory
+
+SECRET = "card 4111 1111 1111 1111 of alice@example.com"
+
+
+def call(cid: str, tool: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [{"id": cid, "function": {"name": tool}}]}
+
+
+CANCEL = [{"role": "user", "content": "cancel"}, call("c1", "cancel_order"), {"role": "tool", "tool_call_id": "c1"}]
+
+
+class NoFormat(str):
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("no format")
+
+
+class NoEq(str):
+    def __eq__(self, other: object) -> bool:
+        raise TypeError("no eq")
+
+    __hash__ = str.__hash__
+
+
+class NoEncode(str):
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:  # type: ignore[override]
+        raise RuntimeError("no encode")
+
+
+class Secretive:
+    """An object whose conversions raise with a value in the message."""
+
+    def __str__(self) -> str:
+        raise ValueError(SECRET)
+
+    __repr__ = __str__
+
+
+def _runs(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(workflow_memory)).scalar_one())
+
+
+@pytest.fixture
+def sf(engine: Engine, tmp_path: Path) -> Skillflow:
+    return Skillflow(agent_id="a", engine=engine, spool_dir=tmp_path / "spool")
+
+
+def test_a_flag_of_any_type_is_never_asked_for_its_truth(sf: Skillflow) -> None:
+    (refused,) = sf.record_conversation(CANCEL, "u", conversation_id="c", complete=np.array([1, 2]))  # type: ignore[arg-type]
+    assert not refused.stored and refused.error == "complete must be True or False"
+    assert sf.record_run("q", "u", [{"tool": "t"}], strict=np.array([1, 2])).stored  # type: ignore[arg-type]
+    assert [r.stored for r in sf.record_conversation(CANCEL, "u", conversation_id="c", strict=np.array([1]))] == [True]  # type: ignore[arg-type]
+    assert [r.stored for r in sf.record_conversation(CANCEL, "u", conversation_id="d", complete=np.True_)] == [True]  # type: ignore[arg-type]
+
+
+def test_a_str_subclass_is_read_as_its_text(engine: Engine, sf: Skillflow) -> None:
+    results = sf.record_conversation(CANCEL, NoFormat("u"), conversation_id=NoEq("c"))
+    assert [r.stored for r in results] == [True], [r.error for r in results]
+    assert results[0].run_id == segment_run_id("a", "u", "c", 0)
+    for kwargs in ({"provider": NoEq("openai")}, {"system_prompt": NoEncode("s")}):
+        prepared = sf.prepare("refund my order", "u", **kwargs)
+        assert prepared.request["messages"]
+    assert sf.prepare(NoEncode("refund my order"), NoEncode("u")).request["messages"][-1]["content"]
+
+
+def test_an_error_quotes_only_the_project_s_own_refusals(sf: Skillflow) -> None:
+    document = sf.record_run("q", "u", {"Step 1: lookup": {"arguments": {}, "error": Secretive()}})
+    messages = [{"role": "user", "content": Secretive()}, *CANCEL[1:]]
+    conversation = sf.record_conversation(messages, "u", conversation_id="c")
+    outcome = sf.record_conversation(CANCEL, "u", conversation_id="d", outcome=NoEq("success"))
+    errors = [document.error, *(r.error for r in conversation), *(r.error for r in outcome)]
+    assert "4111" not in json.dumps(errors) and "alice" not in json.dumps(errors)
+    assert outcome[0].error == "outcome must be a bool, 'success', 'failure' or a WorkflowOutcome"
+
+
+@pytest.mark.parametrize("bad", ["bob\x00", "bob\ud800", "bob\udfff"])
+def test_an_id_that_could_only_be_coerced_is_refused_so_no_two_tenants_become_one(
+    engine: Engine, tmp_path: Path, sf: Skillflow, bad: str
+) -> None:
+    assert sf.record_run("refund", "bob\ufffd", [{"tool": "refund"}]).stored  # the user whose name it would take
+    run = sf.record_run("refund", bad, [{"tool": "refund"}])
+    (conversation,) = sf.record_conversation(CANCEL, bad, conversation_id="c")
+    other = Skillflow(agent_id="a" + bad, engine=engine, spool_dir=tmp_path / "spool")
+    (agent,) = other.record_conversation(CANCEL, "u", conversation_id="c")
+    assert run.error == conversation.error == "user_id must not contain NUL or lone surrogate characters"
+    assert agent.error == "agent_id must not contain NUL or lone surrogate characters"
+    assert not other.record_run("q", "u", [{"tool": "t"}]).spooled  # refused, never spooled for a replay
+    assert _runs(engine) == 1
+    prepared = sf.prepare("refund my order", bad)
+    assert prepared.skill_ids == () and "user_id must not contain" in (prepared.error or "")
+
+
+def test_a_conversation_s_run_ids_are_its_own(engine: Engine, sf: Skillflow) -> None:
+    squatter = sf.record_run("x", "mallory", [{"tool": "t"}], run_id=segment_run_id("a", "alice", "chat-1", 0))
+    assert not squatter.stored and "reserved for record_conversation" in (squatter.error or "")
+    assert [r.stored for r in sf.record_conversation(CANCEL, "alice", conversation_id="chat-1")] == [True]
+
+
+def test_values_the_docs_coerce_are_coerced_not_refused(engine: Engine, sf: Skillflow) -> None:
+    assert sf.record_run("q", "u", [{"tool": "lookup", "error": np.array([1.0, 2.0])}]).stored
+    assert sf.record_run("q", "u", [{"tool": "lookup"}], execution_error=np.array([1, 2])).stored  # type: ignore[arg-type]
+    assert sf.record_run("q", "u", [{"tool": "lookup", "error": NoEq("boom")}]).stored
+    messages = [
+        *CANCEL,
+        {"role": "user", "content": "now refund B"},
+        call("c2", "refund_order"),
+        {"role": "tool", "tool_call_id": "c2", "content": Secretive()},
+    ]
+    results = sf.record_conversation(messages, "u", conversation_id="c")
+    assert [r.stored for r in results] == [True, True], [r.error for r in results]
+
+
+def test_a_view_redacts_a_bounded_prefix_of_each_message() -> None:
+    """Every model call redacts what the view reads; a message of any length costs at most MAX_VIEW_CHARS."""
+    seen: list[int] = []
+
+    def form(text: str) -> str:
+        seen.append(len(text))
+        return text
+
+    bound = getattr(live, "MAX_VIEW_CHARS", 20_000)
+    huge = "1-2-3-4-" * 10_000
+    assert len(live.view_text((huge, "a" * 50_000, huge), "recent", form)) <= 3 * (bound + 3)
+    assert seen and max(seen) <= bound <= 2_000
+    conv = live.Conversation((huge,))
+    assert len(live.view_text(conv.with_request(""), "last", form)) <= bound
