@@ -3,7 +3,8 @@
 ``fold`` is the form the literal and injection checks read (docs/SECURITY.md, "Smuggling"): NFKD
 compatibility forms (fullwidth, mathematical letters, ligatures), combining marks dropped, invisible
 format characters dropped, Unicode tag characters decoded to the ASCII they hide, Cyrillic/Greek letters
-that look Latin folded to Latin, every space separator a plain space. ``hidden_kinds`` names the
+that look Latin folded to Latin, every digit of any script (superscript, circled, dingbat) an ASCII
+digit, every space separator a plain space. ``hidden_kinds`` names the
 characters a stored skill may not carry at all (tag, bidi, zero-width/format, variation selector,
 control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one.
 """
@@ -71,7 +72,9 @@ def _fold_char(ch: str) -> str:
     for part in unicodedata.normalize("NFKD", ch):
         if unicodedata.category(part)[0] == "M":
             continue
-        out.append(CONFUSABLES.get(part, part))
+        # Digits with no decomposition (❶, ➀, ٤) read as the digit they show: the number rules see them.
+        digit = unicodedata.digit(part, None)
+        out.append(str(digit) if digit is not None else CONFUSABLES.get(part, part))
     return "".join(out)
 
 
@@ -80,6 +83,18 @@ def fold(text: str) -> str:
     if text.isascii():
         return text
     return unicodedata.normalize("NFC", "".join(ch if ch < "\x80" else _fold_char(ch) for ch in text))
+
+
+def fold_map(text: str) -> tuple[str, list[int]]:
+    """``fold`` without its final NFC recomposition, with the index in ``text`` of the character each folded
+    character came from: a span found in the folded text maps back to the text (``detectors.findings``)."""
+    chars: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        piece = ch if ch < "\x80" else _fold_char(ch)
+        chars.append(piece)
+        origin.extend([i] * len(piece))
+    return "".join(chars), origin
 
 
 _SPACED_OUT = re.compile(r"(?<!\w)(?:\w[ \t])+\w(?!\w)")

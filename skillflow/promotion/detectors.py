@@ -6,6 +6,11 @@ skill in which :func:`literal_findings` finds anything at all. Well-kept detecto
 (``phonenumbers`` for phone numbers, ``python-stdnum`` for Luhn card and IBAN check digits,
 ``detect-secrets`` for vendor tokens and keyword assignments); the structural rules behind them (no digit,
 no mixed letter/digit token, no quoted credential) are the backstop whatever the detectors miss.
+
+The detectors read the text as a reader sees it (``textnorm.fold``: superscript, circled and fullwidth
+digits, homoglyphs and zero-width characters; ``%40``-style escapes decoded) and every span is mapped back,
+so a placeholder replaces the whole original spelling. A token longer than ``MAX_TOKEN_CHARS`` is a value
+whole; the patterns only ever see shorter ones, which keeps their cost linear in the text.
 """
 
 from __future__ import annotations
@@ -13,15 +18,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
-EMAIL = re.compile(
-    r"[A-Za-z0-9._%+-]+\s*(?:@|\[at\]|\(at\))\s*[A-Za-z0-9-]+(?:\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z0-9-]+)*\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z]{2,}"
+from skillflow.kernel.textnorm import fold_map
+
+MAX_TOKEN_CHARS = 128
+_LONG_TOKEN = re.compile(rf"\S{{{MAX_TOKEN_CHARS + 1},}}")
+_PERCENT = re.compile(r"%(?:[2-6][0-9A-Fa-f]|7[0-9A-Ea-e])")  # an escaped printable ASCII character
+EMAIL = re.compile(  # starts only where a local part can start: one attempt per run, never quadratic
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+\s*(?:@|\[at\]|\(at\))\s*[A-Za-z0-9-]+(?:\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z0-9-]+)*\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z]{2,}"
 )
 URL = re.compile(r"(?i)\b(?:https?|ftp|file|data|javascript)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+")
 _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local|gov|edu|us|uk|de|ru|cn|fr|tk|ly"
-DOMAIN = re.compile(rf"(?i)\b(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")
+DOMAIN = re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")
 _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
     r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
@@ -33,18 +43,27 @@ DATE = re.compile(
     rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?{_MONTH}\b\.?(?:,?\s+\d{{4}}\b)?"
     r"|\b\d{1,2}:\d{2}(?::\d{2})?\s*(?:[ap]\.?m\.?\b)?"
 )
-CARD_LIKE = re.compile(r"(?<![\w-])\d(?:[ -]?\d){11,18}(?![\w-])")
+CARD_LIKE = re.compile(r"(?<![\w-])\d(?:[ .-]?\d){11,18}(?![\w-])")
 IBAN_LIKE = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+# Three or more dot/comma-separated digit groups (192.168.200.17, 1.234.567, 555.123.4567.89): one number.
+NUMBER_CHAIN = re.compile(r"(?<!\d)\d++(?:[.,]\d++){2,}")
 NUMBER = re.compile(r"[-+]?(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?!\w|\.\d)|(?<![\w.])\.\d+(?!\w)")
+# The backstop: a number, else any digit run whatever surrounds it (one pass: the rule runs on every query).
+NUMBER_OR_DIGITS = re.compile(rf"{NUMBER.pattern}|\d+")
 ID_TOKEN = re.compile(r"(?<![\w<])(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w.-]*[A-Za-z0-9](?![\w>])")
 HEX_TOKEN = re.compile(r"\b[0-9a-fA-F-]{16,}\b")
 CODE_TOKEN = re.compile(r"(?<![\w<])[A-Z]{3,}(?![\w>])")
 QUOTED = re.compile(r"(?<!\w)[\"“'‘]([^\"“”'‘’\n]{1,64})[\"”'’](?!\w)")
 _CRED_WORDS = (
     r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pin|token|api[\s_-]?key|secret|otp"
-    r"|cvv|cvc|ssn|security\s+code|verification\s+code|credentials?"
+    r"|cvv|cvc|ssn|security\s+code|verification\s+code|credentials?|bearer|authorization"
 )
-_CRED_VALUE = r"(?P<value>[\"“'‘][^\"“”'‘’\n]{1,64}[\"”'’]|[^\s\"'<>`“”‘’]+)"
+_CRED_WORD = r"[^\s\"'<>`“”‘’]+"
+# A quoted value, or every word to the end of the clause (up to a word ending in , ; . ! ? or the line's end):
+# "my passphrase is tangerine walrus quietly dances", "pin is four eight two one", "Bearer AbCd…".
+_CRED_VALUE = (
+    rf"(?P<value>[\"“'‘][^\"“”'‘’\n]{{1,64}}[\"”'’]|(?P<first>{_CRED_WORD})(?:(?<![,;.!?])[ \t]+{_CRED_WORD})*)"
+)
 # Queries: "username admin, password hunter2" (no connector needed). Skills: only "password is x" / "pin: x".
 CREDENTIAL = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was|=|:|of|to)\b|\s*[=:])?\s*{_CRED_VALUE}")
 CREDENTIAL_STRICT = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was)\b|\s*[=:])\s*{_CRED_VALUE}")
@@ -83,13 +102,34 @@ def _secret_plugins() -> tuple[Any, ...]:
 
 # A vendor-prefixed key with no digit in it (``sk_AAAA…``) that the entropy plugins score too low to report.
 _PREFIXED_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|pk|rk|ghp|gho|ghs|tok|key|api|xox[abpr])[-_][A-Za-z0-9_-]{16,}")
+_JWT = re.compile(r"(?<![\w-])eyJ[\w-]{4,}\.[\w-]+")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+/~")
+
+
+def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:
+    """A secret's span widened to the whole token it sits in: a detector that reports a part (a JWT's
+    ``header.payload.`` without its signature) must not leave the rest behind."""
+    while start > 0 and text[start - 1] in _KEY_CHARS:
+        start -= 1
+    while end < len(text) and (
+        text[end] in _KEY_CHARS or text[end] == "=" or (text[end] == "." and text[end + 1 : end + 2].isalnum())
+    ):
+        end += 1
+    return start, end
 
 
 def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
+    return (_whole_token(text, s, e) for s, e in _detected_secrets(text))
+
+
+def _detected_secrets(text: str) -> Iterable[tuple[int, int]]:
     for m in _PREFIXED_KEY.finditer(text):
         yield m.start(), m.end()
-    offset = 0
-    for line in text.split("\n"):
+    for m in _JWT.finditer(text):
+        yield m.start(), m.end()
+    for offset, line in _pieces(text):
+        if not _LONG_ENOUGH.search(line):  # only values of six or more characters are taken (below)
+            continue
         for plugin in _secret_plugins():
             try:
                 found = list(plugin.analyze_line(filename="run.txt", line=line, line_number=1))
@@ -101,16 +141,41 @@ def _secret_spans(text: str) -> Iterable[tuple[int, int]]:
                     continue
                 for m in re.finditer(re.escape(value), line):
                     yield offset + m.start(), offset + m.end()
+
+
+_PIECE_CHARS = 1024
+_LONG_ENOUGH = re.compile(r"\S{6}")
+
+
+def _pieces(text: str) -> Iterable[tuple[int, str]]:
+    """Each line's non-blank pieces of at most about ``_PIECE_CHARS`` characters, cut at a space, with their
+    offsets: the library detectors' cost grows faster than the length of what they are given."""
+    offset = 0
+    for line in text.split("\n"):
+        start = 0
+        while start < len(line):
+            end = len(line)
+            if end - start > _PIECE_CHARS:
+                cut = line.rfind(" ", start + _PIECE_CHARS // 2, start + _PIECE_CHARS)
+                end = cut + 1 if cut != -1 else start + _PIECE_CHARS
+            if not line[start:end].isspace():
+                yield offset + start, line[start:end]
+            start = end
         offset += len(line) + 1
 
 
+# A run of what a phone number is written with; longer ones are no phone number (the digit rules take them).
+_PHONE_RUN = re.compile(r"[\d()+\-./ \t]++")
+_PHONE_RUN_CHARS = 40
+
+
 def _phone_spans(text: str) -> Iterable[tuple[int, int]]:
-    if not any(ch.isdigit() for ch in text):
-        return
     import phonenumbers
 
-    for match in phonenumbers.PhoneNumberMatcher(text, "US"):
-        yield match.start, match.end
+    for run in _PHONE_RUN.finditer(text):
+        if len(run.group(0)) <= _PHONE_RUN_CHARS and sum(ch.isdigit() for ch in run.group(0)) >= 7:
+            for match in phonenumbers.PhoneNumberMatcher(run.group(0), "US"):
+                yield run.start() + match.start, run.start() + match.end
 
 
 def _card_kind(digits: str) -> str | None:
@@ -119,14 +184,17 @@ def _card_kind(digits: str) -> str | None:
     return "card" if 13 <= len(digits) <= 19 and luhn.is_valid(digits) else None
 
 
-def _raw_findings(text: str, strict: bool) -> list[Finding]:
-    """Every detector's spans, most specific kind first (overlaps are resolved by :func:`findings`)."""
+def _raw_findings(text: str, strict: bool) -> list[tuple[str, int, int]]:
+    """Every detector's spans as ``(kind, start, end)``, most specific kind first (overlaps are resolved by
+    :func:`findings`)."""
     from stdnum import iban
 
-    out: list[Finding] = []
+    out = [("string", *m.span()) for m in _LONG_TOKEN.finditer(text)]
+    if out:  # the patterns read the rest; blanks keep every offset
+        text = _LONG_TOKEN.sub(lambda m: " " * len(m.group(0)), text)
 
     def add(kind: str, spans: Iterable[tuple[int, int]]) -> None:
-        out.extend(Finding(kind, s, e, text[s:e]) for s, e in spans if e > s)
+        out.extend((kind, s, e) for s, e in spans if e > s)
 
     def strip_tail(m: re.Match[str]) -> tuple[int, int]:
         end = m.end()
@@ -141,7 +209,11 @@ def _raw_findings(text: str, strict: bool) -> list[Finding]:
     credential = CREDENTIAL_STRICT if strict else CREDENTIAL
     add(
         "secret",
-        (_trim(text, *m.span("value")) for m in credential.finditer(text) if not _plain_value(m.group("value"))),
+        (
+            _trim(text, *m.span("value"))
+            for m in credential.finditer(text)
+            if not _plain_value(m.group("first") or m.group("value"))
+        ),
     )
     if not strict:  # a quoted single token in run text is a value ("JohnDoe", 'Tr0ub4dor&3')
         add("string", (m.span(1) for m in QUOTED.finditer(text) if _quoted_value(m.group(1))))
@@ -152,7 +224,8 @@ def _raw_findings(text: str, strict: bool) -> list[Finding]:
     add("id", (m.span() for m in ID_TOKEN.finditer(text)))
     add("id", (m.span() for m in HEX_TOKEN.finditer(text) if any(c.isdigit() for c in m.group(0))))
     add("id", (m.span() for m in CODE_TOKEN.finditer(text) if m.group(0) not in CODE_ALLOW))
-    add("number", (m.span() for m in NUMBER.finditer(text)))
+    add("number", (m.span() for m in NUMBER_CHAIN.finditer(text)))
+    add("number", (m.span() for m in NUMBER_OR_DIGITS.finditer(text)))
     return out
 
 
@@ -173,14 +246,95 @@ def _plain_value(value: str) -> bool:
 def findings(text: str, strict: bool = False) -> list[Finding]:
     """Non-overlapping findings in text order; an earlier (more specific) detector wins an overlap.
 
+    The detectors read :func:`_reading` of the text; spans and ``Finding.text`` are the original's.
     ``strict`` (the skill check) reads a credential only after "is"/"="/":"; run text is read loosely.
     """
-    taken: list[Finding] = []
-    for f in _raw_findings(text or "", strict):
-        if any(f.start < t.end and t.start < f.end for t in taken):
-            continue
-        taken.append(f)
-    return sorted(taken, key=lambda f: f.start)
+    text = text or ""
+    view, starts, ends = _reading(text)
+    taken = _resolve(view, _raw_findings(view, strict))
+    if starts is None or ends is None:
+        return taken
+    out: list[Finding] = []
+    for f in taken:
+        start, end = starts[f.start], ends[f.end - 1]
+        if out and start < out[-1].end:  # one character folded into two findings ("⑴"): one span
+            prev = out.pop()
+            start, end, kind = prev.start, max(end, prev.end), prev.kind
+        else:
+            kind = f.kind
+        out.append(Finding(kind, start, end, text[start:end]))
+    return out
+
+
+def _reading(text: str) -> tuple[str, list[int] | None, list[int] | None]:
+    """The text as the detectors read it (folded; ``%XX`` escapes of printable ASCII decoded, twice-encoded ones
+    too) and, unless it is the text itself, the original start and end offset of each of its characters."""
+    if text.isascii() and not _PERCENT.search(text):
+        return text, None, None
+    view, origin = fold_map(text) if not text.isascii() else (text, list(range(len(text))))
+    starts, ends = origin, [i + 1 for i in origin]
+    for _ in range(_PERCENT_ROUNDS):
+        if not _PERCENT.search(view):
+            break
+        view, starts, ends = _percent_decoded(view, starts, ends)
+    return view, starts, ends
+
+
+_PERCENT_ROUNDS = 3
+
+
+def _percent_decoded(view: str, starts: list[int], ends: list[int]) -> tuple[str, list[int], list[int]]:
+    chars: list[str] = []
+    new_starts: list[int] = []
+    new_ends: list[int] = []
+    last = 0
+    for m in _PERCENT.finditer(view):
+        chars.append(view[last : m.start()])
+        new_starts.extend(starts[last : m.start()])
+        new_ends.extend(ends[last : m.start()])
+        chars.append(chr(int(m.group(0)[1:], 16)))
+        new_starts.append(starts[m.start()])
+        new_ends.append(ends[m.end() - 1])
+        last = m.end()
+    chars.append(view[last:])
+    new_starts.extend(starts[last:])
+    new_ends.extend(ends[last:])
+    return "".join(chars), new_starts, new_ends
+
+
+def _resolve(text: str, raw: list[tuple[str, int, int]]) -> list[Finding]:
+    """Non-overlapping findings from the raw spans, first come first served. A credential value that runs
+    into an earlier finding keeps its other words ("hunter2 and mail <email>"): they are the value too."""
+    busy = bytearray(len(text))
+    taken: list[tuple[int, int, str]] = []
+    for kind, start, end in raw:
+        if busy.find(1, start, end) == -1:
+            busy[start:end] = b"\x01" * (end - start)
+            taken.append((start, end, kind))
+        elif kind == "secret":
+            for s, e in _free_parts(text, busy, start, end):
+                busy[s:e] = b"\x01" * (e - s)
+                taken.append((s, e, kind))
+    taken.sort()
+    return [Finding(kind, start, end, text[start:end]) for start, end, kind in taken]
+
+
+def _free_parts(text: str, busy: bytearray, start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of ``start:end`` no finding has taken, without their surrounding non-alphanumerics."""
+    parts = []
+    i = start
+    while (i := busy.find(0, i, end)) != -1:
+        j = busy.find(1, i, end)
+        j = end if j == -1 else j
+        s, e = i, j
+        while s < e and not text[s].isalnum():
+            s += 1
+        while e > s and not text[e - 1].isalnum():
+            e -= 1
+        if e > s:
+            parts.append((s, e))
+        i = j
+    return parts
 
 
 def scrub(text: str) -> str:
@@ -212,15 +366,24 @@ def quoted_literals(text: str, allowed: Iterable[str] = ()) -> list[str]:
 
 def literal_findings(text: str, allowed: Iterable[str] = ()) -> list[Finding]:
     """What a skill may not contain: every finding except placeholders, allowed names (tool and parameter
-    names) and numbers of at most two digits (step numbers, "retry 2 times")."""
+    names, excused only as identifiers: a name never excuses a secret, a card or an email) and numbers of at
+    most two digits (step numbers, "retry 2 times")."""
     names = {a.casefold() for a in allowed}
     masked = PLACEHOLDER.sub(lambda m: " " * len(m.group(0)), text or "")
     out = []
     for f in findings(masked, strict=True):
-        if f.text.strip("`").casefold() in names:
+        if f.kind == "id" and f.text.strip("`").casefold() in names:
             continue
         if f.kind == "number" and (sum(ch.isdigit() for ch in f.text) <= 2 or re.fullmatch(r"[01]?\.\d{1,2}", f.text)):
             continue
         out.append(f)
     out.extend(Finding("quoted", 0, 0, q) for q in quoted_literals(masked, names))
     return out
+
+
+@lru_cache(maxsize=4096)
+def name_ok(name: str) -> bool:
+    """Whether a run-supplied tool or parameter name may stand as structure: nothing in it is a value other
+    than an identifier with at most two digits (``address2``, ``SKU``); a key that is a secret, a card, an
+    email or a long number is a value wherever it appears."""
+    return all(f.kind == "id" and sum(ch.isdigit() for ch in f.text) <= 2 for f in findings(name))

@@ -52,9 +52,10 @@ def trigger_queries(conn: Connection, evidence: Evidence, config: PromotionConfi
     """Up to ``max_trigger_queries`` distinct recent successful queries of the class, literals redacted.
 
     Trigger queries are stored, embedded and shown to reviewers, so they pass the same rules as the skill
-    (docs/SECURITY.md): redacted, and a query that still holds a literal or reads as an instruction to the
-    model is left out rather than stored.
+    (docs/SECURITY.md): redacted, and a query that still holds a literal (read folded, as validation reads a
+    skill), a hidden character or reads as an instruction to the model is left out rather than stored.
     """
+    from skillflow.kernel.textnorm import fold, hidden_kinds
     from skillflow.promotion.detectors import literal_findings
     from skillflow.promotion.hijack import hijack_findings
     from skillflow.promotion.redact import redact_query, source_literals, structural_names
@@ -67,7 +68,7 @@ def trigger_queries(conn: Connection, evidence: Evidence, config: PromotionConfi
     out: dict[str, str] = {}
     for run in pool.successes:
         redacted = redact_query(run.query, literals)
-        if literal_findings(redacted, names) or hijack_findings(redacted):
+        if literal_findings(fold(redacted), names) or hidden_kinds(redacted) or hijack_findings(redacted):
             continue
         key = canonical.normalize_query(redacted)
         if key and key not in out:

@@ -50,7 +50,7 @@ _STOP_WORDS_TEXT = (
 STOP_WORDS = frozenset(_STOP_WORDS_TEXT.split())
 _CREDENTIAL_WORDS_TEXT = (
     "username login password passwd passcode passphrase pwd pin token secret otp cvv cvc ssn credential "
-    "credentials apikey "
+    "credentials apikey authorization bearer "
 )
 _CREDENTIAL_WORDS = frozenset(_CREDENTIAL_WORDS_TEXT.split())
 _PLAIN_WORD = re.compile(r"[a-z]+")
@@ -261,10 +261,11 @@ def structural_names(evidence: Evidence) -> set[str]:
 
 
 def _structural_ok(name: str) -> bool:
-    """A run-supplied tool or parameter name counts as structure only when it is identifier-shaped and does
+    """A run-supplied tool or parameter name counts as structure only when it is identifier-shaped, holds no
+    value (:func:`detectors.name_ok`: a secret, card or long number used as a key is still a value) and does
     not read as an instruction (a key is attacker-reachable data too)."""
     ok = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", name) is not None
-    return ok and not hijack_findings(" ".join(_words(name)))
+    return ok and detectors.name_ok(name) and not hijack_findings(" ".join(_words(name)))
 
 
 def source_literals(evidence: Evidence) -> set[str]:

@@ -1,13 +1,16 @@
-"""Property: no generated secret survives redaction, in any punctuation context (docs/SECURITY.md)."""
+"""Property: no generated secret survives redaction, in any punctuation context or digit spelling
+(docs/SECURITY.md)."""
 
 from __future__ import annotations
 
+import re
 import string
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from stdnum import luhn
 
+from skillflow.kernel.textnorm import fold
 from skillflow.promotion.detectors import PLAIN_VALUES, literal_findings
 from skillflow.promotion.redact import redact_query
 
@@ -77,3 +80,42 @@ def test_no_password_survives_redaction(secret: str, lead: str, context: str) ->
     out = redact_query(text)
     core = secret.rstrip(".,;:!?)]}")
     assert len(core) < 3 or not _survives(core, out), (text, out)
+
+
+# Digit spellings a reader reads as 0-9: ASCII, superscript, circled, dingbat (no decomposition), fullwidth.
+DIGIT_FORMS = ["0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹", "⓪①②③④⑤⑥⑦⑧⑨", "⓿❶❷❸❹❺❻❼❽❾", "０１２３４５６７８９"]
+SEPARATORS = ["", " ", ".", "-", ",", "\u200b", ". "]
+filler = st.text(alphabet=string.ascii_letters + " ,.;:!?()'\"-", max_size=30)
+
+
+@st.composite
+def planted_numbers(draw: st.DrawFn) -> tuple[str, str]:
+    """(digits, how they are written): a Luhn-valid card or any number of 3 to 19 digits, in groups of 1 to 4
+    digits joined by one separator, in one digit spelling."""
+    if draw(st.booleans()):
+        body = draw(st.from_regex(r"[3-6][0-9]{14}", fullmatch=True))
+        digits = body + luhn.calc_check_digit(body)
+    else:
+        digits = draw(st.from_regex(r"[0-9]{3,19}", fullmatch=True))
+    groups, i = [], 0
+    while i < len(digits):
+        n = draw(st.integers(1, 4))
+        groups.append(digits[i : i + n])
+        i += n
+    form = draw(st.sampled_from(DIGIT_FORMS))
+    written = draw(st.sampled_from(SEPARATORS)).join(groups).translate(str.maketrans("0123456789", form))
+    return digits, written
+
+
+@settings(deadline=None)
+@given(planted=planted_numbers(), before=filler, after=filler)
+@example(planted=("4539148803436467", "4539.1488.0343.6467"), before="my card ", after=".")  # issue 21
+@example(planted=("4539148803436467", "⁴⁵³⁹ ¹⁴⁸⁸ ⁰³⁴³ ⁶⁴⁶⁷"), before="card ", after="")  # issue 21
+@example(planted=("4155552671", "④①⑤⑤⑤⑤②⑥⑦①"), before="call ", after=" now")  # issue 21
+def test_no_planted_number_survives_in_any_spelling(planted: tuple[str, str], before: str, after: str) -> None:
+    digits, written = planted
+    out = fold(redact_query(before + written + after))
+    windows = {digits[i : i + 3] for i in range(len(digits) - 2)}
+    runs = re.findall(r"\d{3,}", out)
+    assert not any(w in run for run in runs for w in windows), (written, out)
+    assert not re.search(r"\d", out), (written, out)  # the filler has no digit: every digit was planted
