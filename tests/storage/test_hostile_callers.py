@@ -1,4 +1,4 @@
-"""What an outside audit of the runtime found, one regression test each (each failed on the code before it).
+"""What an adversarial audit of the runtime found, one regression test each (each failed on the code before it).
 
 The promises (docs/guide/runtime.md): capture and ``prepare`` never raise into the agent, for any value of
 any parameter; an error names a field or a position, never a value; every read and write is scoped by
