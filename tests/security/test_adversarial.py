@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig, Settings
@@ -31,6 +30,7 @@ from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.schema import skillbox
 from tests.support.fake_llm_server import FakeLLMServer, Received, Reply
+from tests.support.llm import llm_settings
 
 CORPUS = json.loads((Path(__file__).parent / "injections.json").read_text(encoding="utf-8"))["strings"]
 STRINGS: list[str] = [e["text"] for e in CORPUS]
@@ -111,19 +111,6 @@ def cycle_config() -> PromotionConfig:
         promotion_every_n_runs=0,
         shadow_evaluation_enabled=False,
         distill_sample_size=RUNS_PER_TENANT,
-    )
-
-
-def llm_settings(server: FakeLLMServer) -> Settings:
-    return Settings(
-        embedder="hashing",
-        distiller="openai",
-        judge="openai",
-        llm_model="test-model",
-        llm_base_url=server.openai_base_url,
-        openai_api_key=SecretStr("sk-test"),
-        llm_max_retries=0,
-        llm_timeout_seconds=10,
     )
 
 

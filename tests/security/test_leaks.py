@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
 from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import Settings
@@ -28,7 +27,7 @@ from skillflow.promotion.redact import clean_reason, redact_query, redacted_evid
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import skillbox
 from tests.support.fake_llm_server import FakeLLMServer, Reply
-from tests.support.llm import T0, cancel_evidence
+from tests.support.llm import T0, cancel_evidence, llm_settings
 from tests.support.promotion import config
 
 pytestmark = pytest.mark.usefixtures("offline_providers")
@@ -156,16 +155,7 @@ def test_planted_values_reach_no_skill_trigger_or_llm_request(sqlite_engine: Eng
     assert triggers
     with FakeLLMServer() as srv:
         srv.script(Reply("INSUFFICIENT"))
-        st = Settings(
-            embedder="hashing",
-            distiller="openai",
-            judge="openai",
-            llm_model="m",
-            llm_base_url=srv.openai_base_url,
-            openai_api_key=SecretStr("x"),
-            llm_max_retries=0,
-        )
-        run_partition(sqlite_engine, "shop", "llm", cfg, settings=st)
+        run_partition(sqlite_engine, "shop", "llm", cfg, settings=llm_settings(srv))
         evidence = json.loads(srv.received[0].body["messages"][1]["content"])["evidence"]
     sent = [r["query"] for r in evidence["successes"]]
     examples = [line for line in content.splitlines() if line.startswith("Request (redacted)")]

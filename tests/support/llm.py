@@ -6,7 +6,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import SecretStr
+
 from skillflow.kernel import canonical
+from skillflow.kernel.config import Settings
 from skillflow.kernel.models import ClassStats, EvidenceRun
 from skillflow.promotion.evidence import Evidence
 
@@ -164,3 +167,17 @@ def errored_failure() -> EvidenceRun:
         "error_class": "ReservationNotFound",
     }
     return EvidenceRun("run-f2", "cancel QQ77RT for zoe_park_1408", steps, "failure", T0 + timedelta(hours=10))
+
+
+def llm_settings(server: Any) -> Settings:
+    """The OpenAI distiller and judge pointed at a local ``FakeLLMServer``, no retries, the hashing embedder."""
+    return Settings(
+        embedder="hashing",
+        distiller="openai",
+        judge="openai",
+        llm_model="test-model",
+        llm_base_url=server.openai_base_url,
+        openai_api_key=SecretStr("sk-test"),
+        llm_max_retries=0,
+        llm_timeout_seconds=10,
+    )
