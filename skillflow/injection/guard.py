@@ -113,6 +113,8 @@ class PrepareArgs:
             problems.append("user_id must be a string")
         elif unstorable(str.__str__(user_id)):  # capture refuses it too: coerced, it would read another user's skills
             problems.append("user_id must not contain NUL or lone surrogate characters")
+        elif any(ord(ch) < 32 or ord(ch) == 127 for ch in user_id):  # capture refuses it: no skill was learned
+            problems.append("user_id must not contain control characters")
         known = isinstance(provider, str) and str.__str__(provider) in providers
         if not known:
             problems.append(f"unknown provider; expected one of {', '.join(providers)}")

@@ -145,6 +145,7 @@ def activate_skill(
             reason=reason,
             flow_run_id=flow_run_id,
             injection_role=InjectionRole(role),
+            seen=skill,
         )
         if review:
             _mark(
@@ -177,7 +178,9 @@ def _retire(
             return skill
         if SkillStatus(skill.status) not in allowed_from:
             raise InvalidTransition(f"cannot move a {skill.status} skill to {to_status.value}")
-        updated = transition(conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id)
+        updated = transition(
+            conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id, seen=skill
+        )
         if review:
             _mark(conn, skill_id, to_status.value, {"review": True, "decision": decision})
     refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder)  # after the commit; never raises

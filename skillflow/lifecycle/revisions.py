@@ -272,9 +272,13 @@ def edit_skill(
                     conn, fresh, 1, fresh.content, _creator(conn, fresh), None, fresh.updated_at, fresh.validation
                 )
             _insert_revision(conn, fresh, new, content, editor, reason, now, dict(result.checks))
-            conn.execute(
+            landed = conn.execute(
                 update(skillbox)
-                .where(skillbox.c.id == skill.id)
+                .where(  # compare-and-set: a decision committed since ``fresh`` was read refuses the edit
+                    skillbox.c.id == skill.id,
+                    skillbox.c.status.in_(EDITABLE),
+                    skillbox.c.updated_at == fresh.updated_at,
+                )
                 .values(
                     name=parsed.name,
                     live_name_key=live_name_key(fresh.agent_id, fresh.user_id, parsed.name),  # EDITABLE = live
@@ -285,7 +289,9 @@ def edit_skill(
                     validation=dict(result.checks),
                     updated_at=now,
                 )
-            )
+            ).rowcount
+            if landed != 1:
+                raise EditRefused(["the skill changed while the edit was validated; re-read it and edit again"])
             updated = get_skill(conn, skill.id)
             record_event(
                 conn, updated, "edited", actor=editor, from_status=updated.status, to_status=updated.status,

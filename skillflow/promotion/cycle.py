@@ -75,7 +75,9 @@ def _partition_failed(agent_id: str, user_id: str, stage: str, reason: str) -> P
 
 
 def lease_name(agent_id: str, user_id: str) -> str:
-    name = f"promotion:{agent_id}:{user_id}"
+    """The partition's lease: one per (agent, user), however the ids are spelled (``acme:eu``/``bob`` and
+    ``acme``/``eu:bob`` are two partitions)."""
+    name = f"promotion:{len(agent_id)}:{agent_id}:{user_id}"
     return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
 
 

@@ -37,6 +37,9 @@ class InvalidTransition(ValueError):
     pass
 
 
+CHANGED = "the skill changed while this decision was made (another decision or an edit landed): read it again"
+
+
 class NameTaken(InvalidTransition):
     """Another live skill of the tenant holds the name (``uq_skillbox_live_name_key``)."""
 
@@ -105,7 +108,9 @@ def live_keys(agent_id: str, user_id: str, canonical_hash: str, name: str, live:
 
 def name_holder(conn: Connection, agent_id: str, user_id: str, name: str) -> SkillRecord | None:
     """The live skill of the tenant named ``name``, if any."""
-    q = select(skillbox).where(skillbox.c.live_name_key == live_name_key(agent_id, user_id, name))
+    q = select(skillbox).where(
+        skillbox.c.live_name_key == live_name_key(agent_id, user_id, name), tenant_filter(skillbox, agent_id, user_id)
+    )
     row = conn.execute(q).mappings().first()
     return SkillRecord.from_row(row) if row else None
 
@@ -144,7 +149,12 @@ def list_skills(
 
 def live_skill_for_class(conn: Connection, agent_id: str, user_id: str, canonical_hash: str) -> SkillRecord | None:
     row = (
-        conn.execute(select(skillbox).where(skillbox.c.live_key == live_key(agent_id, user_id, canonical_hash)))
+        conn.execute(
+            select(skillbox).where(
+                skillbox.c.live_key == live_key(agent_id, user_id, canonical_hash),
+                tenant_filter(skillbox, agent_id, user_id),
+            )
+        )
         .mappings()
         .first()
     )
@@ -330,13 +340,19 @@ def transition(
     injection_role: InjectionRole | None = None,
     agent_id: str | None = None,
     user_id: str | None = None,
+    seen: SkillRecord | None = None,
 ) -> SkillRecord:
     """Move a skill to ``to_status`` with its stamping consequence and an event, in the caller's transaction.
 
     Entering ACTIVE stamps the class; leaving ACTIVE releases the stamps. Re-asking for the current
-    status is a no-op (idempotent retries).
+    status is a no-op (idempotent retries). The move is a compare-and-set on the row's status and
+    ``updated_at``: a decision, edit or demotion committed since ``seen`` (the record the caller's checks
+    read) or since this read refuses it (:class:`InvalidTransition`), so of two decisions made at once
+    exactly one applies (docs/guide/lifecycle.md).
     """
     skill = get_skill(conn, skill_id, agent_id, user_id)
+    if seen is not None and (seen.status, seen.updated_at) != (skill.status, skill.updated_at):
+        raise InvalidTransition(CHANGED)
     current = SkillStatus(skill.status)
     if current == to_status and (injection_role is None or injection_role.value == skill.injection_role):
         return skill
@@ -359,7 +375,17 @@ def transition(
     if to_status in RETIRED_STATUSES:
         values["demoted_at"] = now
         values["demotion_reason"] = reason
-    conn.execute(update(skillbox).where(skillbox.c.id == skill.id).values(**values))
+    moved = conn.execute(
+        update(skillbox)
+        .where(
+            skillbox.c.id == skill.id,
+            skillbox.c.status == skill.status,
+            skillbox.c.updated_at == skill.updated_at,
+        )
+        .values(**values)
+    ).rowcount
+    if moved != 1:
+        raise InvalidTransition(CHANGED)
     updated = get_skill(conn, skill.id)
     changed = 0
     if to_status == SkillStatus.ACTIVE:

@@ -208,7 +208,7 @@ def agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, S
 )  # examples: the profile (tests/conftest.py)
 @given(
     query=TEXT,
-    user=TEXT.map(lambda t: re.sub("[\ud800-\udfff\x00]", "", t)),  # refused in an id (test_hostile_callers.py)
+    user=TEXT.map(lambda t: re.sub("[\ud800-\udfff\x00-\x1f\x7f]", "", t)),  # refused in an id (test_hostile_callers)
     tool=TEXT.map(lambda t: "t" + "".join(c for c in t if ord(c) >= 32)),
     key=TEXT,
     value=TEXT,

@@ -145,3 +145,24 @@ def test_a_view_redacts_a_bounded_prefix_of_each_message() -> None:
     assert seen and max(seen) <= bound <= 2_000
     conv = live.Conversation((huge,))
     assert len(live.view_text(conv.with_request(""), "last", form)) <= bound
+
+
+@pytest.mark.parametrize("bad", ["ag\x1fu", "a\nb", "a\x7f"])
+def test_a_tenant_id_with_a_control_character_is_refused(engine: Engine, tmp_path: Path, bad: str) -> None:
+    """A live key joins a tenant's ids with ``\\x1f``: ("ag\\x1fu", "v") and ("ag", "u\\x1fv") were one tenant's
+    keys, so one's rollback demoted the other's skill and one's cycle returned the other's report."""
+    sf = Skillflow(agent_id="ag", engine=engine, spool_dir=tmp_path / "spool")
+    other = Skillflow(agent_id=bad, engine=engine, spool_dir=tmp_path / "spool")
+    assert sf.record_run("q", bad, [{"tool": "t"}]).error == "user_id must not contain control characters"
+    assert other.record_run("q", "v", [{"tool": "t"}]).error == "agent_id must not contain control characters"
+    assert "user_id must not contain control characters" in (sf.prepare("refund", bad).error or "")
+    assert _runs(engine) == 0
+
+
+def test_partitions_spelled_alike_hold_their_own_leases(engine: Engine) -> None:
+    """("acme:eu", "bob") and ("acme", "eu:bob") are two partitions: one's cycle never holds the other's."""
+    from skillflow.promotion.cycle import lease_name
+    from skillflow.storage.leases import acquire
+
+    assert acquire(engine, lease_name("acme:eu", "bob"), "cycle-x", 600)
+    assert acquire(engine, lease_name("acme", "eu:bob"), "cycle-y", 600)
