@@ -303,15 +303,16 @@ def _percent_decoded(view: str, starts: list[int], ends: list[int]) -> tuple[str
 
 
 def _resolve(text: str, raw: list[tuple[str, int, int]]) -> list[Finding]:
-    """Non-overlapping findings from the raw spans, first come first served. A credential value that runs
-    into an earlier finding keeps its other words ("hunter2 and mail <email>"): they are the value too."""
+    """Non-overlapping findings from the raw spans, first come first served. A finding that runs into an
+    earlier one keeps its other parts: a credential value's other words ("hunter2 and mail <email>"), a
+    token's rest after a date took its head ("2024-01-01234A": ``234A``) — they are the value too."""
     busy = bytearray(len(text))
     taken: list[tuple[int, int, str]] = []
     for kind, start, end in raw:
         if busy.find(1, start, end) == -1:
             busy[start:end] = b"\x01" * (end - start)
             taken.append((start, end, kind))
-        elif kind == "secret":
+        else:
             for s, e in _free_parts(text, busy, start, end):
                 busy[s:e] = b"\x01" * (e - s)
                 taken.append((s, e, kind))

@@ -109,9 +109,10 @@ def planted_numbers(draw: st.DrawFn) -> tuple[str, str]:
 
 @settings(deadline=None)
 @given(planted=planted_numbers(), before=filler, after=filler)
-@example(planted=("4539148803436467", "4539.1488.0343.6467"), before="my card ", after=".")  # issue 21
-@example(planted=("4539148803436467", "⁴⁵³⁹ ¹⁴⁸⁸ ⁰³⁴³ ⁶⁴⁶⁷"), before="card ", after="")  # issue 21
-@example(planted=("4155552671", "④①⑤⑤⑤⑤②⑥⑦①"), before="call ", after=" now")  # issue 21
+@example(planted=("4539148803436467", "4539.1488.0343.6467"), before="my card ", after=".")  # the audit of 2026-12-04
+@example(planted=("4539148803436467", "⁴⁵³⁹ ¹⁴⁸⁸ ⁰³⁴³ ⁶⁴⁶⁷"), before="card ", after="")  # the audit of 2026-12-04
+@example(planted=("4155552671", "④①⑤⑤⑤⑤②⑥⑦①"), before="call ", after=" now")  # the audit of 2026-12-04
+@example(planted=("3000000000000004", "3-0-0-000-0000-00-0004"), before="", after="A")  # found in CI's profile
 def test_no_planted_number_survives_in_any_spelling(planted: tuple[str, str], before: str, after: str) -> None:
     digits, written = planted
     out = fold(redact_query(before + written + after))
