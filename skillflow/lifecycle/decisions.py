@@ -119,7 +119,8 @@ def activate_skill(
 ) -> SkillRecord:
     """SHADOW (or CANDIDATE) → ACTIVE with ``role`` (default: the skill's stored role), stamping the class.
 
-    Raises :class:`ActivationRefused` with reasons; re-activating with the same role is a no-op. ``revision``
+    Raises :class:`ActivationRefused` with reasons; re-activating with the same role writes nothing (the refit
+    still runs: it repairs a crash between an earlier commit and its refit). ``revision``
     is the revision the reviewer saw: when the skill was edited since, the activation is refused. After the
     commit the tenant's applicability rule is refit for the new live skills (``embedder``: default from the
     settings; a refit failure leaves the stale rule, which injects nothing, and never fails the activation).
@@ -129,32 +130,49 @@ def activate_skill(
         skill = get_skill(conn, skill_id)
         role = role or ("developer" if skill.injection_role == "developer" else "user")
         if skill.status == SkillStatus.ACTIVE.value and skill.injection_role == role:
-            return skill
-        problems = activation_problems(conn, skill, role, config)
-        if revision is not None and (now := current_revision(conn, skill.id)) != revision:
-            problems.append(f"revision {revision} was reviewed but the skill is at revision {now}: review it again")
-        if skill.status == SkillStatus.ACTIVE.value and not problems:
-            problems.append("already active; demote it and promote a new version to change its authority")
-        if problems:
-            raise ActivationRefused(problems)
-        updated = transition(
-            conn,
-            skill_id,
-            SkillStatus.ACTIVE,
-            actor=actor,
-            reason=reason,
-            flow_run_id=flow_run_id,
-            injection_role=InjectionRole(role),
-            seen=skill,
-        )
-        if review:
-            _mark(
-                conn,
-                skill_id,
-                SkillStatus.ACTIVE.value,
-                {"review": True, "decision": f"activate_{role}", "revision": current_revision(conn, skill_id)},
-            )
+            updated = skill  # asked again: nothing to write, but the refit below still runs (a crash after an
+        else:  # earlier commit left the rule stale, and re-asking is how it is repaired)
+            updated = _activate(conn, skill, role, config, actor, flow_run_id, reason, review, revision)
     refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder, config=config)
+    return updated
+
+
+def _activate(
+    conn: Connection,
+    skill: SkillRecord,
+    role: Role,
+    config: PromotionConfig,
+    actor: str,
+    flow_run_id: str | None,
+    reason: str | None,
+    review: bool,
+    revision: int | None,
+) -> SkillRecord:
+    """The activation's checks and its transition, in the caller's transaction."""
+    problems = activation_problems(conn, skill, role, config)
+    if revision is not None and (now := current_revision(conn, skill.id)) != revision:
+        problems.append(f"revision {revision} was reviewed but the skill is at revision {now}: review it again")
+    if skill.status == SkillStatus.ACTIVE.value and not problems:
+        problems.append("already active; demote it and promote a new version to change its authority")
+    if problems:
+        raise ActivationRefused(problems)
+    updated = transition(
+        conn,
+        skill.id,
+        SkillStatus.ACTIVE,
+        actor=actor,
+        reason=reason,
+        flow_run_id=flow_run_id,
+        injection_role=InjectionRole(role),
+        seen=skill,
+    )
+    if review:
+        _mark(
+            conn,
+            skill.id,
+            SkillStatus.ACTIVE.value,
+            {"review": True, "decision": f"activate_{role}", "revision": current_revision(conn, skill.id)},
+        )
     return updated
 
 
@@ -175,14 +193,15 @@ def _retire(
     with engine.begin() as conn:
         skill = get_skill(conn, skill_id)
         if skill.status == to_status.value:
-            return skill
-        if SkillStatus(skill.status) not in allowed_from:
+            updated = skill  # asked again: nothing to write; the refit below repairs a crash after the commit
+        elif SkillStatus(skill.status) not in allowed_from:
             raise InvalidTransition(f"cannot move a {skill.status} skill to {to_status.value}")
-        updated = transition(
-            conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id, seen=skill
-        )
-        if review:
-            _mark(conn, skill_id, to_status.value, {"review": True, "decision": decision})
+        else:
+            updated = transition(
+                conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id, seen=skill
+            )
+            if review:
+                _mark(conn, skill_id, to_status.value, {"review": True, "decision": decision})
     refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder)  # after the commit; never raises
     return updated
 

@@ -282,9 +282,10 @@ def run_drift(
     whose check fails on a non-transient error is recorded in ``failed`` (its id and the error class, never
     the message) and the others are still checked; a transient error propagates so the task retries the
     partition, and the retry lists the demotions an earlier attempt of the same flow run committed (read
-    back from ``skill_events``), so its report replaces the earlier one without losing them. Each tenant
-    that lost a skill has its applicability rule refit afterwards (outside the demotions' transactions; a
-    failure leaves the stale rule, which injects nothing).
+    back from ``skill_events``), so its report replaces the earlier one without losing them. Every tenant
+    checked has its applicability rule refit afterwards when it no longer matches the live skills (outside
+    the demotions' transactions; a failure leaves the stale rule, which injects nothing), so a run killed
+    before its refit is repaired by the next one.
     """
     with engine.connect() as conn:
         ids = active_skill_ids(conn, agent_id, user_id)
@@ -308,8 +309,12 @@ def run_drift(
         if result.deviation_flag:
             report.flagged.append(result.skill_id)
     report.report_id = store_report(engine, report, agent_id, user_id, flow_run_id)
-    if not dry_run:
-        for tenant in sorted({(d.agent_id, d.user_id) for d in report.demoted}):
+    if not dry_run:  # every tenant checked, not only those that lost a skill in this run: an earlier run killed
+        # before its refit left a stale rule that injects nothing (refresh_rule is a no-op on a current one)
+        tenants = {(d.agent_id, d.user_id) for d in (*report.demoted, *report.skills)}
+        if agent_id is not None and user_id is not None:
+            tenants.add((agent_id, user_id))
+        for tenant in sorted(tenants):
             refresh_rule(engine, *tenant, embedder=embedder, config=config)
     log.info(
         "drift: checked=%d demoted=%d flagged=%d failed=%d dry_run=%s",

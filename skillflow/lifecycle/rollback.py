@@ -91,9 +91,9 @@ def rollback_skill(
         raise ActivationRefused(
             [f"v{to_version} could not go live: its class or name was made live concurrently; re-read and retry"]
         ) from exc
-    if not changed:  # already the active version
-        return restored
-    log.info("class %s rolled back to v%d (%s) by %s", restored.canonical_hash[:12], to_version, restored.id, actor)
+    if changed:
+        log.info("class %s rolled back to v%d (%s) by %s", restored.canonical_hash[:12], to_version, restored.id, actor)
+    # Also when it already was the active version: asked again, the refit repairs a crash after the commit.
     refresh_rule(engine, restored.agent_id, restored.user_id, embedder=embedder, config=config)
     return restored
 
