@@ -16,7 +16,7 @@ from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.errors import InputError
 from skillflow.kernel.messages import blank
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, new_id, utcnow
-from skillflow.kernel.textnorm import encodable, unstorable
+from skillflow.kernel.textnorm import encodable, id_problem
 from skillflow.storage.schema import skill_activations, skillbox, workflow_memory
 
 MAX_ID_CHARS = 64
@@ -116,8 +116,7 @@ def sanitize(value: Any, depth: int = 0, _path: frozenset[int] = frozenset(), _b
 
 def normalize_tenant(name: str, value: Any) -> str:
     """``agent_id``/``user_id`` as a plain string, refused (naming ``name``) when it is not a non-empty string of
-    at most 255 characters, or holds NUL or a lone surrogate (coercing those would make two tenants one) or
-    another control character (keys join a tenant's ids with one, ``skillflow.storage.skills.live_key``)."""
+    at most 255 characters, or holds what no id may (:func:`skillflow.kernel.textnorm.id_problem`)."""
     if not isinstance(value, str):
         raise RunValidationError(f"{name} must be a non-empty string")
     text: str = str.__str__(value)  # a str subclass's own methods are never called
@@ -125,10 +124,8 @@ def normalize_tenant(name: str, value: Any) -> str:
         raise RunValidationError(f"{name} must be a non-empty string")
     if len(text) > MAX_TENANT_CHARS:
         raise RunValidationError(f"{name} is longer than {MAX_TENANT_CHARS} characters")
-    if unstorable(text):
-        raise RunValidationError(f"{name} must not contain NUL or lone surrogate characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
-        raise RunValidationError(f"{name} must not contain control characters")
+    if problem := id_problem(text):
+        raise RunValidationError(f"{name} {problem}")
     return text
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
-from skillflow.kernel.textnorm import encodable, unstorable
+from skillflow.kernel.textnorm import encodable, id_problem
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
 
@@ -111,10 +111,8 @@ class PrepareArgs:
             problems.append("query must be a string")
         if not isinstance(user_id, str):
             problems.append("user_id must be a string")
-        elif unstorable(str.__str__(user_id)):  # capture refuses it too: coerced, it would read another user's skills
-            problems.append("user_id must not contain NUL or lone surrogate characters")
-        elif any(ord(ch) < 32 or ord(ch) == 127 for ch in user_id):  # capture refuses it: no skill was learned
-            problems.append("user_id must not contain control characters")
+        elif problem := id_problem(str.__str__(user_id)):  # capture refuses it too: no skill was learned for it
+            problems.append(f"user_id {problem}")
         known = isinstance(provider, str) and str.__str__(provider) in providers
         if not known:
             problems.append(f"unknown provider; expected one of {', '.join(providers)}")

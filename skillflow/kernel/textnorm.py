@@ -27,9 +27,15 @@ def encodable(text: str) -> str:
     return text
 
 
-def unstorable(text: str) -> bool:
-    """Whether ``text`` holds NUL or a lone surrogate: what no database text column (or UTF-8 file) holds as is."""
-    return "\x00" in text or _SURROGATE.search(text) is not None
+def id_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a tenant id, or ``None``: NUL or a lone surrogate (no database text column holds
+    them, and coercing them would make two tenants one), or another control character (storage keys join a
+    tenant's ids with ``\x1f``). Capture and ``prepare`` refuse the same ids."""
+    if "\x00" in text or _SURROGATE.search(text) is not None:
+        return "must not contain NUL or lone surrogate characters"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+        return "must not contain control characters"
+    return None
 
 
 _TAG_FIRST, _TAG_LAST = 0xE0000, 0xE007F

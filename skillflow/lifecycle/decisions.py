@@ -130,49 +130,33 @@ def activate_skill(
         skill = get_skill(conn, skill_id)
         role = role or ("developer" if skill.injection_role == "developer" else "user")
         if skill.status == SkillStatus.ACTIVE.value and skill.injection_role == role:
-            updated = skill  # asked again: nothing to write, but the refit below still runs (a crash after an
-        else:  # earlier commit left the rule stale, and re-asking is how it is repaired)
-            updated = _activate(conn, skill, role, config, actor, flow_run_id, reason, review, revision)
+            updated = skill  # asked again: nothing to write; the refit below repairs a crash after the commit
+        else:
+            problems = activation_problems(conn, skill, role, config)
+            if revision is not None and (now := current_revision(conn, skill.id)) != revision:
+                problems.append(f"revision {revision} was reviewed but the skill is at revision {now}: review it again")
+            if skill.status == SkillStatus.ACTIVE.value and not problems:
+                problems.append("already active; demote it and promote a new version to change its authority")
+            if problems:
+                raise ActivationRefused(problems)
+            updated = transition(
+                conn,
+                skill_id,
+                SkillStatus.ACTIVE,
+                actor=actor,
+                reason=reason,
+                flow_run_id=flow_run_id,
+                injection_role=InjectionRole(role),
+                seen=skill,
+            )
+            if review:
+                _mark(
+                    conn,
+                    skill_id,
+                    SkillStatus.ACTIVE.value,
+                    {"review": True, "decision": f"activate_{role}", "revision": current_revision(conn, skill_id)},
+                )
     refresh_rule(engine, updated.agent_id, updated.user_id, embedder=embedder, config=config)
-    return updated
-
-
-def _activate(
-    conn: Connection,
-    skill: SkillRecord,
-    role: Role,
-    config: PromotionConfig,
-    actor: str,
-    flow_run_id: str | None,
-    reason: str | None,
-    review: bool,
-    revision: int | None,
-) -> SkillRecord:
-    """The activation's checks and its transition, in the caller's transaction."""
-    problems = activation_problems(conn, skill, role, config)
-    if revision is not None and (now := current_revision(conn, skill.id)) != revision:
-        problems.append(f"revision {revision} was reviewed but the skill is at revision {now}: review it again")
-    if skill.status == SkillStatus.ACTIVE.value and not problems:
-        problems.append("already active; demote it and promote a new version to change its authority")
-    if problems:
-        raise ActivationRefused(problems)
-    updated = transition(
-        conn,
-        skill.id,
-        SkillStatus.ACTIVE,
-        actor=actor,
-        reason=reason,
-        flow_run_id=flow_run_id,
-        injection_role=InjectionRole(role),
-        seen=skill,
-    )
-    if review:
-        _mark(
-            conn,
-            skill.id,
-            SkillStatus.ACTIVE.value,
-            {"review": True, "decision": f"activate_{role}", "revision": current_revision(conn, skill.id)},
-        )
     return updated
 
 
