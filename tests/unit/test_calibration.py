@@ -241,6 +241,18 @@ def test_the_floors_keep_a_standard_deviation_of_the_inner_cv_errors_within_budg
     assert floors["x"] == pytest.approx(1.0 - 19 / 200)
 
 
+def test_the_floors_keep_two_standard_deviations_of_the_inner_cv_false_injections_within_budget() -> None:
+    """100 requests without a skill at false budget 0.05 allow 5 false injections on the counts. One deviation to
+    spare (3 + sqrt(3) = 4.7) let the floor fall past three of them, and on held-out τ-bench first requests the
+    false injections then exceeded the budget (docs/BENCHMARKS.md, "thirteenth pass"); with two (3 + 2 sqrt(3) =
+    6.5 > 5) the floor stops above the third, keeping two (2 + 2 sqrt(2) = 4.8)."""
+    kinds = "h" * 20 + "f" + "h" * 10 + "f" + "h" * 10 + "f" + "h" * 10 + "n" * 97
+    scores = [1.0 - i / 200 for i in range(53)] + [0.05] * 97
+    chosen = calibration._fit_floors(_records_of(scores, kinds), Budget(), 0.0)
+    assert chosen.counts == (40, 0, 2)  # every hit above the third false injection, the first two included
+    assert chosen.floors["x"] == pytest.approx(1.0 - 41 / 200)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.floats(0.0, 1.0), st.sampled_from("hwfn"), st.booleans()), min_size=1, max_size=120))
 def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str, bool]]) -> None:
@@ -250,10 +262,10 @@ def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str, bo
     budget = Budget(wrong=0.2, false=0.3)  # loose budgets: a few rows already allow an error or two
     chosen = calibration._fit_floors(r, budget, 0.0)
     (hits, wrong, false), (_, o_wrong, o_false) = chosen.counts, chosen.opening_counts
-    assert wrong + wrong**0.5 <= budget.wrong * r.n_pos + 1e-9
-    assert false + false**0.5 <= budget.false * r.n_neg + 1e-9
-    assert o_wrong + o_wrong**0.5 <= budget.wrong * r.n_open_pos + 1e-9
-    assert o_false + o_false**0.5 <= budget.false * r.n_open_neg + 1e-9
+    assert wrong + 2 * wrong**0.5 <= budget.wrong * r.n_pos + 1e-9
+    assert false + 2 * false**0.5 <= budget.false * r.n_neg + 1e-9
+    assert o_wrong + 2 * o_wrong**0.5 <= budget.wrong * r.n_open_pos + 1e-9
+    assert o_false + 2 * o_false**0.5 <= budget.false * r.n_open_neg + 1e-9
     assert all(chosen.openings[i] > chosen.floors[i] for i in chosen.openings)  # openings are only ever raised
     fv = np.asarray(
         [
