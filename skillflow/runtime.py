@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, delete, insert, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from skillflow.capture import spool
 from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator
@@ -351,7 +351,12 @@ class Skillflow:
             return None
 
     def replay_spool(self) -> int:
-        """Store this agent's spooled runs (idempotent on run id); returns how many were stored.
+        """Store this agent's spooled runs (idempotent on run id); returns how many runs this call stored.
+
+        A run whose row is already there is not counted: another replay of the same spool (another agent
+        process) stored it, or a replay killed after its write and before it removed the file. Its file is
+        removed all the same. So the counts of concurrent replays sum to the runs they stored, and a replay
+        of a spool whose runs are all stored returns 0 (docs/RELIABILITY.md).
 
         Never raises on a spool file: one that cannot be read, or whose run is refused, is moved to
         ``bad/`` in the spool folder and the replay goes on. While the database is still unreachable the
@@ -373,7 +378,7 @@ class Skillflow:
                 continue
             try:
                 run = normalize_run(doc)
-                result = self._write(run, ConversationOutcome.from_dict(doc.get(CONVERSATION_OUTCOME)))
+                result = self._replay_write(run, ConversationOutcome.from_dict(doc.get(CONVERSATION_OUTCOME)))
             except RunValidationError as exc:
                 quarantined += spool.quarantine(path) is not None
                 log.warning("spool file %s quarantined: %s", path.name, exc)
@@ -388,13 +393,22 @@ class Skillflow:
             self._came_up()
             if result.stored:
                 path.unlink(missing_ok=True)
-                stored += 1
+                stored += not result.already_stored
             else:  # refused for good (a run id of another tenant): keep it for inspection, never retry
                 quarantined += spool.quarantine(path) is not None
                 log.warning("spool file %s quarantined: %s", path.name, result.error)
         if quarantined:
             log.warning("spool replay: %d stored, %d quarantined in %s/", stored, quarantined, spool.QUARANTINE)
         return stored
+
+    def _replay_write(self, run: RunInput, conversation: ConversationOutcome | None) -> CaptureResult:
+        """:meth:`_write` for a spooled run. A concurrent replay that inserted the same run id between this
+        write's read and its insert makes the insert fail (``IntegrityError``); written again, the run finds
+        that row (``already_stored``)."""
+        try:
+            return self._write(run, conversation)
+        except IntegrityError:
+            return self._write(run, conversation)
 
     # -- injection ---------------------------------------------------------------------------------
     def _embedder(self) -> Embedder:

@@ -41,6 +41,7 @@ class CaptureResult:
     skills_activated: tuple[str, ...] = ()
     error: str | None = None
     spooled: bool = False
+    already_stored: bool = False  # the run id's row was there already: this call wrote nothing (a retried capture)
 
 
 def clean_text(value: str) -> str:
@@ -310,7 +311,7 @@ def write_run(
             # Never confirm, or reveal, another tenant's run.
             return CaptureResult(run.run_id, False, error="run_id is already used by another agent or user")
         # A retried capture converges on the row already written.
-        return CaptureResult(run.run_id, True, existing[0], existing[1], existing[2])
+        return CaptureResult(run.run_id, True, existing[0], existing[1], existing[2], already_stored=True)
     units = canonical.signature(run.steps, config.noop_tools)
     chash = canonical.canonical_hash(units)
     execution = (

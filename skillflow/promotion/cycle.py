@@ -81,6 +81,19 @@ def lease_name(agent_id: str, user_id: str) -> str:
     return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
 
 
+def legacy_lease_name(agent_id: str, user_id: str) -> str:
+    """The name workers before the length prefix take for the partition: held too, so that an old and a new
+    worker never run one partition at once during a rolling upgrade (docs/RELIABILITY.md, "Found by the
+    suite"). Partitions spelled alike share it, so they take turns while it is held, which is safe."""
+    name = f"promotion:{agent_id}:{user_id}"
+    return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def lease_names(agent_id: str, user_id: str) -> tuple[str, str]:
+    """The leases a partition's cycle holds, in the order taken: its own, then the legacy name."""
+    return lease_name(agent_id, user_id), legacy_lease_name(agent_id, user_id)
+
+
 def finished_report(engine: Engine, flow_run_id: str | None, agent_id: str, user_id: str) -> PromotionReport | None:
     """The stored cycle report of this flow run in this partition, if the cycle already finished (else None)."""
     if not flow_run_id:
@@ -159,7 +172,7 @@ def run_partition(
     here) serve every stage of the partition: reading them costs about 2 ms, more than some stages do.
     """
     from skillflow.promotion.staleness import sweep
-    from skillflow.storage.leases import acquire, release
+    from skillflow.storage.leases import acquire_all, release_all
 
     now = now or utcnow()
     plan = plan_partition(engine, agent_id, user_id, config, force, prefetched.counters if prefetched else None)
@@ -168,7 +181,7 @@ def run_partition(
     else:  # a due partition asks again: a task retry may follow a finished attempt its prefetched data predates
         done = finished_report(engine, flow_run_id, agent_id, user_id) if not dry_run else None
     if done is not None:  # a retry of a flow run whose cycle already finished here (e.g. killed after the mark)
-        release(engine, lease_name(agent_id, user_id), flow_run_id or "")  # the crashed attempt's lease
+        release_all(engine, lease_names(agent_id, user_id), flow_run_id or "")  # the crashed attempt's leases
         return done
     report = PromotionReport(
         agent_id=agent_id, user_id=user_id, cycle=plan.cycle, dry_run=dry_run, flow_run_id=flow_run_id
@@ -178,7 +191,7 @@ def run_partition(
         return report
     settings = settings or get_settings()
     holder = flow_run_id or new_id()
-    if not dry_run and not acquire(engine, lease_name(agent_id, user_id), holder, LEASE_TTL_SECONDS):
+    if not dry_run and not acquire_all(engine, lease_names(agent_id, user_id), holder, LEASE_TTL_SECONDS):
         report.partition_skipped = LEASE_HELD
         finish_partition(engine, report, mark=False)
         return report
@@ -230,7 +243,7 @@ def run_partition(
         raise PartitionFailed(agent_id, user_id, stage, exc) from exc
     finally:
         if not dry_run:
-            release(engine, lease_name(agent_id, user_id), holder)
+            release_all(engine, lease_names(agent_id, user_id), holder)
     log.info(
         "cycle %d %s/%s: promoted=%d rejected=%d skipped=%d",
         plan.cycle,
@@ -309,7 +322,7 @@ def promote_class(
 
     The rejection backoff (a cost control for scheduled cycles) does not block an explicit request.
     """
-    from skillflow.storage.leases import acquire, release
+    from skillflow.storage.leases import acquire_all, release_all
 
     now = now or utcnow()
     with engine.connect() as conn:
@@ -332,7 +345,7 @@ def promote_class(
     apply_assessments(report, assessments, now)
     if assessments[0].eligible:
         holder = flow_run_id or new_id()
-        if not dry_run and not acquire(engine, lease_name(agent_id, user_id), holder, LEASE_TTL_SECONDS):
+        if not dry_run and not acquire_all(engine, lease_names(agent_id, user_id), holder, LEASE_TTL_SECONDS):
             report.partition_skipped = LEASE_HELD
         else:
             try:
@@ -349,6 +362,6 @@ def promote_class(
                 apply_result(report, result)
             finally:
                 if not dry_run:
-                    release(engine, lease_name(agent_id, user_id), holder)
+                    release_all(engine, lease_names(agent_id, user_id), holder)
     finish_partition(engine, report, mark=False)
     return report

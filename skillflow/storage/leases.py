@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from sqlalchemy import Engine, delete, insert, update
@@ -35,3 +36,26 @@ def release(engine: Engine, name: str, holder: str) -> None:
     """Give the lease back (only its holder can)."""
     with engine.begin() as conn:
         conn.execute(delete(leases).where(leases.c.name == name, leases.c.holder == holder))
+
+
+def acquire_all(engine: Engine, names: Sequence[str], holder: str, ttl_seconds: float = 600) -> bool:
+    """Take every lease of ``names`` for ``holder``, in order: True when all are held. When one is held by
+    another, the ones taken here are given back and False returned; each expires on its own otherwise (a crash).
+
+    A partition's cycle holds its name and the name a worker of the previous release takes
+    (docs/RELIABILITY.md, "Found by the suite"), so the two exclude each other during a rolling upgrade.
+    """
+    taken: list[str] = []
+    for name in names:
+        if not acquire(engine, name, holder, ttl_seconds):
+            release_all(engine, taken, holder)
+            return False
+        taken.append(name)
+    return True
+
+
+def release_all(engine: Engine, names: Sequence[str], holder: str) -> None:
+    """Give back every lease of ``names`` that ``holder`` holds, in one transaction."""
+    if names:
+        with engine.begin() as conn:
+            conn.execute(delete(leases).where(leases.c.name.in_(list(names)), leases.c.holder == holder))

@@ -46,7 +46,8 @@ def test_a_replay_killed_mid_way_converges_on_the_next(sqlite_engine: Engine, tm
     stored_before = len(_rows(sqlite_engine))
     assert stored_before == (1 if point == "read" else 2)  # the second file: read only, or written and kept
     assert len(list(spool_dir.glob("*.json"))) == 3
-    assert up.replay_spool() == 3  # the kept files; one already stored converges on its row
+    # The kept files; one already stored converges on its row and is not counted: this call did not store it.
+    assert up.replay_spool() == (3 if point == "read" else 2)
     assert list(spool_dir.glob("*.json")) == [] and up.replay_spool() == 0
     rows = _rows(sqlite_engine)
     assert [r[0] for r in rows] == [f"run-{i}" for i in range(4)]  # each run once
