@@ -16,7 +16,7 @@ from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
 from tasks.common import flow_run_id, run_name
 from tasks.events import emit_review
-from tasks.review import apply_decision, load_review, publish_review, record_timeout
+from tasks.review import apply_decision, load_decision, load_review, publish_review, record_timeout
 
 AWAITING_REVIEW = ("shadow", "candidate")
 MAX_EDIT_ROUNDS = 5
@@ -91,8 +91,14 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
     logger = get_run_logger()
     config = load_promotion_config(overrides=params.config_overrides)
     run_id = flow_run_id()
-    for _ in range(MAX_EDIT_ROUNDS + 1):
+    for round_ in range(MAX_EDIT_ROUNDS + 1):
         evidence = load_review(params.database_url, params.skill_id, config)
+        if round_ == 0 and (done := load_decision(params.database_url, params.skill_id, run_id)) is not None:
+            # A retry of this run after its decision committed: not asked again; its event is sent again under
+            # the same id (docs/RELIABILITY.md).
+            logger.info("decision %s on skill %s already applied by this flow run", done.decision, done.skill_id)
+            emit_review(done, evidence.agent_id, evidence.user_id, run_id)
+            return done
         url = publish_review(evidence)
         if evidence.status not in AWAITING_REVIEW:
             logger.info("skill %s is %s: not awaiting review", evidence.skill_id, evidence.status)
@@ -117,7 +123,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
             outcome.decision, outcome.reviewer, outcome.skill_id, outcome.applied, outcome.status, outcome.revision,
             len(outcome.reasons),
         )  # fmt: skip
-        emit_review(outcome, evidence.agent_id, evidence.user_id)  # activated / rejected, for automations
+        emit_review(outcome, evidence.agent_id, evidence.user_id, run_id)  # activated / rejected, for automations
         if answer.decision != "edit" or not outcome.applied:
             return outcome
     return outcome

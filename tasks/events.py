@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
 
 log = logging.getLogger("skillflow.events")
 
@@ -27,13 +28,23 @@ BACKLOG = "skillflow.outbox.backlog"
 QUALITY_BLOCKING = "skillflow.quality.blocking"
 
 
-def emit(event: str, resource_id: str, labels: dict[str, str] | None = None, payload: Any = None) -> bool:
-    """Emit one event; True when handed to Prefect's event client, False when dropped (never raises)."""
+def emit(
+    event: str,
+    resource_id: str,
+    labels: dict[str, str] | None = None,
+    payload: Any = None,
+    event_id: UUID | None = None,
+) -> bool:
+    """Emit one event; True when handed to Prefect's event client, False when dropped (never raises).
+
+    ``event_id`` (default: a random one) is the event's Prefect id: the server stores an id once and its triggers
+    skip an id they have seen, so an event emitted again under the same id (a retried flow run) counts once.
+    """
     try:
         from prefect.events import emit_event
 
         resource = {"prefect.resource.id": resource_id, **(labels or {})}
-        return emit_event(event=event, resource=resource, payload=payload or {}) is not None
+        return emit_event(event=event, resource=resource, payload=payload or {}, id=event_id) is not None
     except Exception as exc:  # noqa: BLE001 - an event must never fail the pipeline
         log.warning("event %s not emitted: %s", event, type(exc).__name__)
         return False
@@ -71,8 +82,14 @@ def emit_demotions(demoted: Iterable[Any], dry_run: bool) -> int:
     )
 
 
-def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:
-    """``skill.activated`` or ``skill.rejected`` when a reviewer's decision was applied."""
+def review_event_id(flow_run_id: str, skill_id: str, event: str) -> UUID:
+    """The id of a review run's event: one per (flow run, skill, event), whichever attempt of the run emits it."""
+    return uuid5(NAMESPACE_URL, f"skillflow:{flow_run_id}:{skill_id}:{event}")
+
+
+def emit_review(outcome: Any, agent_id: str, user_id: str, flow_run_id: str | None = None) -> bool:
+    """``skill.activated`` or ``skill.rejected`` when a reviewer's decision was applied; inside a flow run under
+    :func:`review_event_id`, so a retry of the run that emits it again sends the same event."""
     if not outcome.applied:
         return False
     if outcome.status == "active":
@@ -82,7 +99,8 @@ def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:
     else:
         return False
     payload = {"decision": outcome.decision, "injection_role": outcome.injection_role}
-    return emit(event, f"skillflow.skill.{outcome.skill_id}", tenant(agent_id, user_id), payload)
+    event_id = review_event_id(flow_run_id, outcome.skill_id, event) if flow_run_id else None
+    return emit(event, f"skillflow.skill.{outcome.skill_id}", tenant(agent_id, user_id), payload, event_id)
 
 
 def emit_backlog(pending: int, threshold: int, database: str) -> bool:

@@ -14,6 +14,7 @@ from skillflow.lifecycle.review import (
     ReviewEvidence,
     ReviewOutcome,
     apply_review_decision,
+    decision_of_run,
     evidence_table,
     gather_evidence,
     log_review_event,
@@ -86,6 +87,12 @@ def apply_decision(
         engine, skill_id, decision, reviewer, reason=reason, config=config, flow_run_id=flow_run_id,
         revision=revision, skill_md=skill_md,
     )  # fmt: skip
+
+
+@stage(run_name="load-decision-{skill_id}")
+def load_decision(database_url: str | None, skill_id: str, flow_run_id: str | None) -> ReviewOutcome | None:
+    """The decision an earlier attempt of this flow run applied (a retry after a crash), if any."""
+    return decision_of_run(engine_for(database_url), skill_id, flow_run_id)
 
 
 @stage(run_name="review-timeout-{skill_id}")

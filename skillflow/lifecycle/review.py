@@ -15,7 +15,7 @@ import html
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.lifecycle.charts import render_png, skill_charts
@@ -24,6 +24,7 @@ from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_skill
 from skillflow.promotion.redact import clean_reason
 from skillflow.storage.aggregate import aggregate_classes
+from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import InvalidTransition, get_skill, last_retired, record_event
 
 Decision = Literal["activate_user", "activate_developer", "reject", "keep_shadow", "edit"]
@@ -168,6 +169,41 @@ def apply_review_decision(
         reviewer=reviewer,
         reasons=reasons,
         revision=now,
+    )
+
+
+def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> ReviewOutcome | None:
+    """The outcome of the decision this review flow run already applied to the skill (None: it applied none).
+
+    Read back from the lifecycle log, which the decision wrote in its own transaction (``details.review``: an
+    activation, a rejection, kept in shadow, or the review's timeout; an edit is not a decision, the review goes
+    on). A retry of a run killed after that commit returns it instead of asking the reviewer again, and the flow
+    emits its event again (docs/RELIABILITY.md).
+    """
+    if not flow_run_id:
+        return None
+    ev = skill_events.c
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ev.event, ev.actor, ev.details)
+            .where(ev.skill_id == skill_id, ev.flow_run_id == flow_run_id)
+            .order_by(ev.created_at.desc(), ev.id.desc())
+        ).all()
+        decided = next((r for r in rows if isinstance(r.details, dict) and r.details.get("review")), None)
+        if decided is None:
+            return None
+        skill = get_skill(conn, skill_id)
+        revision = current_revision(conn, skill_id)
+    timed_out = decided.event == "review_timeout"
+    return ReviewOutcome(
+        skill_id=skill_id,
+        decision=str(decided.details.get("decision") or decided.event),
+        applied=not timed_out,
+        status=skill.status,
+        injection_role=skill.injection_role,
+        reviewer="" if timed_out else str(decided.actor),
+        reasons=["review timed out"] if timed_out else [],
+        revision=revision,
     )
 
 

@@ -5,6 +5,10 @@ Rows are read in keyset-paginated batches ordered by id, identity is recomputed 
 executemany UPDATE per batch. Idempotent: a re-run finds nothing to update. ``force`` recomputes every
 row (e.g. after changing ``noop_tools``) and updates only rows whose identity changed. A newly hashed
 run of a class with an ACTIVE skill in its tenant is stamped, as capture would have done.
+
+Each batch commits with the report so far (its totals and keyset cursor), so a retry of the same flow run —
+after a crash, or a task retry — resumes after the last committed batch and stores the report a run without the
+crash stores (docs/RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from sqlalchemy import Connection, Engine, bindparam, func, select, update
 from skillflow.kernel import canonical
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.storage.reports import report_id, write_report
-from skillflow.storage.schema import skillbox, workflow_memory
+from skillflow.storage.schema import reports, skillbox, workflow_memory
 
 wm = workflow_memory
 ProgressFn = Callable[["BatchResult"], None]
@@ -51,6 +55,7 @@ class BackfillReport:
     force: bool = False
     agent_id: str | None = None
     batch_size: int = 500
+    last_id: str | None = None  # the keyset cursor: the last row a committed batch visited
     extra: dict[str, Any] = field(default_factory=dict)
 
     def add(self, batch: BatchResult) -> None:
@@ -60,6 +65,16 @@ class BackfillReport:
         self.no_steps += batch.no_steps
         self.invalid += batch.invalid
         self.batches += 1
+        self.last_id = batch.last_id
+
+    def resume(self, body: Any) -> bool:
+        """Take the totals and cursor of a stored report of the same backfill (a retry of its flow run)."""
+        same = ("dry_run", "force", "agent_id", "batch_size")
+        if not isinstance(body, dict) or not body.get("last_id") or any(body.get(k) != getattr(self, k) for k in same):
+            return False
+        for name in ("scanned", "updated", "already_hashed", "no_steps", "invalid", "batches", "last_id"):
+            setattr(self, name, body[name])
+        return True
 
     def summary(self) -> str:
         verb = "would update" if self.dry_run else "updated"
@@ -236,30 +251,38 @@ def run_backfill(
 ) -> BackfillReport:
     """The whole backfill, one transaction per keyset batch, then the stored report (kind ``backfill``).
 
-    The one composition of the backfill: the ``backfill-canonical-hashes`` flow runs it.
+    The one composition of the backfill: the ``backfill-canonical-hashes`` flow runs it. Each batch's transaction
+    also stores the report so far; a retry of the same flow run resumes from it (the module's docstring).
     """
     report = BackfillReport(dry_run=dry_run, force=force, agent_id=agent_id, batch_size=batch_size)
+    rid = report_id("backfill", flow_run_id, agent_id)
     with engine.connect() as conn:
-        _, report.already_hashed = count_scope(conn, agent_id, force)
-    report.scanned = report.already_hashed
-    cursor: str | None = None
+        stored = conn.execute(select(reports.c.body).where(reports.c.id == rid)).scalar() if flow_run_id else None
+        if not report.resume(stored):
+            _, report.already_hashed = count_scope(conn, agent_id, force)
+            report.scanned = report.already_hashed
     while True:
         with engine.begin() as conn:
-            batch = backfill_batch(conn, cursor, batch_size, agent_id, force, dry_run, noop_tools)
+            batch = backfill_batch(conn, report.last_id, batch_size, agent_id, force, dry_run, noop_tools)
+            if batch.last_id is not None:
+                report.add(batch)
+                _store(conn, report, rid, flow_run_id)  # the progress commits with the batch
         if batch.last_id is None:
             break
-        report.add(batch)
         notify(batch)
-        cursor = batch.last_id
     with engine.begin() as conn:
-        report.extra["report_id"] = write_report(
-            conn,
-            report_id=report_id("backfill", flow_run_id, agent_id),
-            kind="backfill",
-            body=report.as_dict(),
-            created_at=utcnow(),
-            agent_id=agent_id,
-            flow_run_id=flow_run_id,
-            dry_run=dry_run,
-        )
+        report.extra["report_id"] = _store(conn, report, rid, flow_run_id)
     return report
+
+
+def _store(conn: Connection, report: BackfillReport, rid: str, flow_run_id: str | None) -> str:
+    return write_report(
+        conn,
+        report_id=rid,
+        kind="backfill",
+        body=report.as_dict(),
+        created_at=utcnow(),
+        agent_id=report.agent_id,
+        flow_run_id=flow_run_id,
+        dry_run=report.dry_run,
+    )

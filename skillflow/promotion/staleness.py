@@ -12,8 +12,8 @@ from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.models import SkillStatus
 from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
-from skillflow.storage.schema import agent_tools
-from skillflow.storage.skills import declared_handoffs, list_skills, transition
+from skillflow.storage.schema import agent_tools, skill_events
+from skillflow.storage.skills import SkillRecord, declared_handoffs, list_skills, transition
 
 log = logging.getLogger("skillflow.promotion.staleness")
 
@@ -36,6 +36,20 @@ def missing_tools(declared: list[str] | None, toolbox: set[str]) -> list[str]:
     return sorted({t for t in (declared or []) if t not in toolbox})
 
 
+def deprecated_by_run(conn: Connection, listed: list[SkillRecord], flow_run_id: str | None) -> set[str]:
+    """Which of the partition's ``listed`` DEPRECATED skills this flow run deprecated: an earlier attempt of it,
+    killed after a deprecation committed, that a retry (the same flow-run id) reports and refits for again
+    (docs/RELIABILITY.md). No statement when none is listed (the lifecycle log is read by skill id)."""
+    retired = [s.id for s in listed if s.status == SkillStatus.DEPRECATED.value]
+    if not flow_run_id or not retired:
+        return set()
+    ev = skill_events.c
+    q = select(ev.skill_id).where(
+        ev.skill_id.in_(retired), ev.event == SkillStatus.DEPRECATED.value, ev.flow_run_id == flow_run_id
+    )
+    return set(conn.execute(q).scalars())
+
+
 def sweep(
     engine: Engine,
     agent_id: str,
@@ -53,16 +67,25 @@ def sweep(
 
     An agent with no registered toolbox is not swept: an empty list cannot tell "every tool removed"
     from "never registered". Each deprecation is its own transaction and idempotent (``transition``); after
-    them the tenant's applicability rule is refit for its remaining live skills (never raises).
+    them the tenant's applicability rule is refit for its remaining live skills (never raises). A retry of the
+    same flow run reports the deprecations an earlier attempt committed and refits for them, as that attempt
+    would have (:func:`deprecated_by_run`).
     """
     with engine.connect() as conn:
         toolbox = set(registered_tools(conn, agent_id))
         handoffs = frozenset() if handoffs_allowed else declared_handoffs(conn, agent_id)
-        active = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
+        retry = bool(flow_run_id) and not dry_run  # a retry may find its own earlier deprecations
+        statuses = [SkillStatus.ACTIVE, SkillStatus.DEPRECATED] if retry else [SkillStatus.ACTIVE]
+        listed = list_skills(conn, agent_id, user_id, statuses=statuses)
+        earlier = deprecated_by_run(conn, listed, flow_run_id) if retry else set()
+    skills = [s for s in listed if s.status == SkillStatus.ACTIVE.value or s.id in earlier]
     if not toolbox:
         return SweepResult([], f"agent {agent_id} has no registered toolbox: staleness sweep skipped")
     found: list[tuple[str, str]] = []
-    for skill in active:
+    for skill in skills:
+        if skill.id in earlier:
+            found.append((skill.id, skill.demotion_reason or ""))
+            continue
         missing = missing_tools(skill.tools, toolbox)
         reason = "tool removed: " + ", ".join(missing) if missing else handoff_problem(skill.tools or [], handoffs)
         if reason is None:

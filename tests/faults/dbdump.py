@@ -61,7 +61,7 @@ def dump(engine: Engine, report_fields: tuple[str, ...] = ("kind", "agent_id", "
                         continue
                     if table.name == "reports" and key in ("id", "body"):
                         if key == "body":
-                            item[key] = {f: value.get(f) for f in report_fields}
+                            item[key] = _norm({f: value.get(f) for f in report_fields}, skill_ids)
                         continue
                     if isinstance(value, datetime) and table.name in KEEP_TIMES:
                         item[key] = value.isoformat()

@@ -19,9 +19,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select, update
@@ -30,10 +28,9 @@ from skillflow.kernel.models import Step, utcnow
 from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.lifecycle.shadow import drain_shadow_evaluations
 from skillflow.storage import outbox
-from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import shadow_observations, skillbox, workflow_memory
-from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, ROOT, _pg_engine
+from tests.conftest import ROOT
 from tests.faults.dbdump import dump
 from tests.faults.shadow_kill_worker import BATCH_SIZE
 from tests.support.lifecycle import EMBEDDER, USER, cancel_steps, config, make_skill, other_steps, sf
@@ -105,33 +102,6 @@ def _assert_exactly_once(engine: Engine, ids: list[str]) -> int:
     per_run = Counter(k.split(":")[0] for k in keys)
     assert set(per_run) <= set(ids) and max(per_run.values()) == 1  # one SHADOW skill: one record per run
     return len(keys)
-
-
-def _sqlite_urls(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    yield f"sqlite:///{tmp_path / 'killed.db'}", f"sqlite:///{tmp_path / 'clean.db'}"
-
-
-def _pg_urls() -> Iterator[tuple[str, str]]:
-    if not POSTGRES_DSN:
-        pytest.skip(PG_SKIP_REASON)
-    killed, clean = _pg_engine(), _pg_engine()
-    try:
-        yield next(killed), next(clean)
-    finally:
-        next(killed, None)
-        next(clean, None)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def twins(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    urls = _sqlite_urls(tmp_path) if request.param == "sqlite" else _pg_urls()
-    for killed_url, clean_url in urls:
-        killed, clean = make_engine(killed_url), make_engine(clean_url)
-        try:
-            yield killed, clean
-        finally:
-            killed.dispose()
-            clean.dispose()
 
 
 @pytest.mark.parametrize(("point", "batch"), POINTS, ids=[p for p, _ in POINTS])
