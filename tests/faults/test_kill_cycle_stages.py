@@ -7,10 +7,6 @@ crashed run does. Tables are compared row by row with ids and wall-clock times n
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +18,8 @@ from skillflow.promotion import cycle
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import applicability_rules, skillbox
-from tests.conftest import ROOT
 from tests.faults.dbdump import dump
+from tests.faults.killing import run_killed
 from tests.support.promotion import AGENT, TOOLS, agent, config, record_cancel, record_payment
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("offline_providers")]
@@ -53,16 +49,7 @@ def _offline(mp: pytest.MonkeyPatch) -> None:
 
 
 def _kill(engine: Engine, stage: str) -> None:
-    url = engine.url.render_as_string(hide_password=False)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.kill_worker", url, stage, FLOW_RUN],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    run_killed("tests.faults.kill_worker", engine.url.render_as_string(hide_password=False), stage, FLOW_RUN)
 
 
 @pytest.fixture(scope="module")

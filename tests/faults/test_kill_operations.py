@@ -35,6 +35,7 @@ from skillflow.storage.skills import insert_skill, transition
 from tests.conftest import ROOT
 from tests.faults import ops_kill_worker as worker
 from tests.faults.dbdump import dump
+from tests.faults.killing import run_killed
 from tests.storage.test_backfill import GOLDEN
 from tests.storage.test_backfill import _legacy as legacy_rows
 from tests.support.promotion import AGENT, agent, config, record_cancel, record_payment
@@ -45,16 +46,8 @@ BACKFILL_FIELDS = (*BackfillReport.__dataclass_fields__, "summary")
 
 
 def _kill(engine: Engine, operation: str, point: str, arg: str = "") -> None:
-    url = engine.url.render_as_string(hide_password=False)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the offline providers' settings included
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.ops_kill_worker", url, operation, point, arg],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    """The worker inherits the offline providers' settings from this process's environment."""
+    run_killed("tests.faults.ops_kill_worker", _url(engine), operation, point, arg)
 
 
 def _url(engine: Engine) -> str:

@@ -14,10 +14,6 @@ PostgreSQL claims with row locks in the batch's own transaction, which the kill 
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import timedelta
 
@@ -30,8 +26,8 @@ from skillflow.lifecycle.shadow import drain_shadow_evaluations
 from skillflow.storage import outbox
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import shadow_observations, skillbox, workflow_memory
-from tests.conftest import ROOT
 from tests.faults.dbdump import dump
+from tests.faults.killing import run_killed
 from tests.faults.shadow_kill_worker import BATCH_SIZE
 from tests.support.lifecycle import EMBEDDER, USER, cancel_steps, config, make_skill, other_steps, sf
 
@@ -73,15 +69,7 @@ def _seed(engine: Engine) -> list[str]:
 
 
 def _kill(url: str, point: str, batch: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "SKILLFLOW_EMBEDDER": "hashing"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.faults.shadow_kill_worker", url, point, str(batch)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    run_killed("tests.faults.shadow_kill_worker", url, point, str(batch), env={"SKILLFLOW_EMBEDDER": "hashing"})
 
 
 def _drain(engine: Engine) -> None:

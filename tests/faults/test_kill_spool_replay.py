@@ -7,8 +7,6 @@ same rows as an uninterrupted one — nothing lost, nothing twice — and leave 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +15,9 @@ from sqlalchemy import Engine, select
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.schema import workflow_memory
+from tests.faults.killing import run_killed
 
 pytestmark = [pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 STEPS = [{"tool": "get_order", "arguments": {"id": 7}, "result": {"ok": True}}, {"tool": "refund_order"}]
 
 
@@ -38,11 +36,7 @@ def test_a_replay_killed_mid_way_converges_on_the_next(sqlite_engine: Engine, tm
         assert down.record_run(f"refund order {i}", "u1", STEPS, run_id=f"run-{i}").spooled
     up = Skillflow(agent_id="agent", engine=sqlite_engine, spool_dir=spool_dir)
     url = str(sqlite_engine.url)
-    killed = subprocess.run(
-        [sys.executable, "-m", "tests.faults.replay_kill_worker", url, str(spool_dir), point],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    run_killed("tests.faults.replay_kill_worker", url, str(spool_dir), point)
     stored_before = len(_rows(sqlite_engine))
     assert stored_before == (1 if point == "read" else 2)  # the second file: read only, or written and kept
     assert len(list(spool_dir.glob("*.json"))) == 3
