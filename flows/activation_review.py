@@ -97,7 +97,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
             # A retry of this run after its decision committed: not asked again; its event is sent again under
             # the same id (docs/RELIABILITY.md).
             logger.info("decision %s on skill %s already applied by this flow run", done.decision, done.skill_id)
-            emit_review(done, evidence.agent_id, evidence.user_id, run_id)
+            emit_review(done, evidence.agent_id, evidence.user_id)
             return done
         url = publish_review(evidence)
         if evidence.status not in AWAITING_REVIEW:
@@ -123,7 +123,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
             outcome.decision, outcome.reviewer, outcome.skill_id, outcome.applied, outcome.status, outcome.revision,
             len(outcome.reasons),
         )  # fmt: skip
-        emit_review(outcome, evidence.agent_id, evidence.user_id, run_id)  # activated / rejected, for automations
+        emit_review(outcome, evidence.agent_id, evidence.user_id)  # activated / rejected, for automations
         if answer.decision != "edit" or not outcome.applied:
             return outcome
     return outcome

@@ -82,14 +82,16 @@ def emit_demotions(demoted: Iterable[Any], dry_run: bool) -> int:
     )
 
 
-def review_event_id(flow_run_id: str, skill_id: str, event: str) -> UUID:
-    """The id of a review run's event: one per (flow run, skill, event), whichever attempt of the run emits it."""
-    return uuid5(NAMESPACE_URL, f"skillflow:{flow_run_id}:{skill_id}:{event}")
+def lifecycle_event_id(row_id: str) -> UUID:
+    """The Prefect id of a decision's event: derived from the lifecycle row (``skill_events.id``) of the
+    transition the decision made, so whoever sends it again — a retried review run, a repeated CLI command —
+    sends the same event, which the server stores and triggers on once."""
+    return uuid5(NAMESPACE_URL, f"skillflow:skill-event:{row_id}")
 
 
-def emit_review(outcome: Any, agent_id: str, user_id: str, flow_run_id: str | None = None) -> bool:
-    """``skill.activated`` or ``skill.rejected`` when a reviewer's decision was applied; inside a flow run under
-    :func:`review_event_id`, so a retry of the run that emits it again sends the same event."""
+def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:
+    """``skill.activated`` or ``skill.rejected`` when a reviewer's decision was applied, under the id of its
+    transition's lifecycle row (:func:`lifecycle_event_id`), so a retried review run sends the same event."""
     if not outcome.applied:
         return False
     if outcome.status == "active":
@@ -99,7 +101,7 @@ def emit_review(outcome: Any, agent_id: str, user_id: str, flow_run_id: str | No
     else:
         return False
     payload = {"decision": outcome.decision, "injection_role": outcome.injection_role}
-    event_id = review_event_id(flow_run_id, outcome.skill_id, event) if flow_run_id else None
+    event_id = lifecycle_event_id(outcome.event_row) if outcome.event_row else None
     return emit(event, f"skillflow.skill.{outcome.skill_id}", tenant(agent_id, user_id), payload, event_id)
 
 
@@ -116,7 +118,9 @@ def emit_quality_blocking(report_id: str, failed_checks: list[str]) -> bool:
     )
 
 
-def emit_decision(event: str, skill: Any, payload: dict[str, Any], drain_seconds: float = 10.0) -> bool:
+def emit_decision(
+    event: str, skill: Any, payload: dict[str, Any], event_id: UUID | None = None, drain_seconds: float = 10.0
+) -> bool:
     """A transition made outside a flow (the CLI): sent only when a Prefect API is configured and up, then flushed.
 
     Without ``PREFECT_API_URL`` nothing is sent (the events client would start an ephemeral server); an API
@@ -138,7 +142,7 @@ def emit_decision(event: str, skill: Any, payload: dict[str, Any], drain_seconds
                 "event %s not emitted: the Prefect API at %s is unreachable (%s)", event, api, type(down).__name__
             )
             return False
-        sent = emit(event, f"skillflow.skill.{skill.id}", tenant(skill.agent_id, skill.user_id), payload)
+        sent = emit(event, f"skillflow.skill.{skill.id}", tenant(skill.agent_id, skill.user_id), payload, event_id)
         if sent:
             EventsWorker.drain_all(timeout=drain_seconds, at_exit=False)
         return sent

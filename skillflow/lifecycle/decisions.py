@@ -22,7 +22,14 @@ from skillflow.lifecycle.revisions import current_revision
 from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.schema import agent_tools, skill_events
-from skillflow.storage.skills import InvalidTransition, SkillRecord, declared_handoffs, get_skill, transition
+from skillflow.storage.skills import (
+    InvalidTransition,
+    SkillRecord,
+    declared_handoffs,
+    entered,
+    get_skill,
+    transition,
+)
 
 Role = Literal["user", "developer"]
 
@@ -92,15 +99,10 @@ def activation_problems(conn: Connection, skill: SkillRecord, role: Role, config
 
 def _mark(conn: Connection, skill_id: str, to_status: str, extra: Mapping[str, Any]) -> None:
     """Add reviewer details to the transition's event (the newest event into ``to_status``)."""
-    row = conn.execute(
-        select(skill_events.c.id, skill_events.c.details)
-        .where(skill_events.c.skill_id == skill_id, skill_events.c.to_status == to_status)
-        .order_by(skill_events.c.created_at.desc(), skill_events.c.id.desc())
-        .limit(1)
-    ).first()
+    row = entered(conn, skill_id, to_status)
     if row is not None:
         conn.execute(
-            update(skill_events).where(skill_events.c.id == row[0]).values(details={**(row[1] or {}), **extra})
+            update(skill_events).where(skill_events.c.id == row.id).values(details={**(row.details or {}), **extra})
         )
 
 

@@ -25,10 +25,11 @@ from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_sk
 from skillflow.promotion.redact import clean_reason
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.schema import skill_events
-from skillflow.storage.skills import InvalidTransition, get_skill, last_retired, record_event
+from skillflow.storage.skills import InvalidTransition, entered, get_skill, last_retired, record_event
 
 Decision = Literal["activate_user", "activate_developer", "reject", "keep_shadow", "edit"]
 DECISIONS: tuple[str, ...] = ("activate_user", "activate_developer", "reject", "keep_shadow", "edit")
+TRANSITIONS = ("activate_user", "activate_developer", "reject")  # the decisions that move the skill (and emit)
 
 
 class ReviewEvidence(BaseModel):
@@ -64,6 +65,7 @@ class ReviewOutcome(BaseModel):
     reviewer: str
     reasons: list[str] = []
     revision: int = 1
+    event_row: str | None = None  # the lifecycle row of the transition applied (its Prefect event's id derives from it)
 
 
 def gather_evidence(engine: Engine, skill_id: str, config: PromotionConfig, *, charts: bool = True) -> ReviewEvidence:
@@ -160,6 +162,7 @@ def apply_review_decision(
     with engine.connect() as conn:
         skill = get_skill(conn, skill_id)
         now = current_revision(conn, skill_id)
+        moved = entered(conn, skill_id, skill.status) if applied and decision in TRANSITIONS else None
     return ReviewOutcome(
         skill_id=skill_id,
         decision=decision,
@@ -169,6 +172,7 @@ def apply_review_decision(
         reviewer=reviewer,
         reasons=reasons,
         revision=now,
+        event_row=moved.id if moved is not None else None,
     )
 
 
@@ -185,7 +189,7 @@ def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> R
     ev = skill_events.c
     with engine.connect() as conn:
         rows = conn.execute(
-            select(ev.event, ev.actor, ev.details)
+            select(ev.id, ev.event, ev.actor, ev.details)
             .where(ev.skill_id == skill_id, ev.flow_run_id == flow_run_id)
             .order_by(ev.created_at.desc(), ev.id.desc())
         ).all()
@@ -204,6 +208,7 @@ def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> R
         reviewer="" if timed_out else str(decided.actor),
         reasons=["review timed out"] if timed_out else [],
         revision=revision,
+        event_row=None if timed_out else str(decided.id),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, and_, func, insert, select, update
+from sqlalchemy import Connection, Row, RowMapping, and_, func, insert, select, update
 
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
 from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
@@ -188,6 +188,18 @@ def next_version(conn: Connection, agent_id: str, user_id: str, canonical_hash: 
         )
     ).scalar()
     return int(current or 0) + 1
+
+
+def entered(conn: Connection, skill_id: str, status: str) -> Row[Any, Any, Any] | None:
+    """The newest lifecycle row that moved the skill into ``status`` (``id``, ``event``, ``details``), if any: the
+    transition a decision made, which its reviewer details and its Prefect event's id hang on (docs/guide/ops.md)."""
+    ev = skill_events.c
+    return conn.execute(
+        select(ev.id, ev.event, ev.details)
+        .where(ev.skill_id == skill_id, ev.to_status == status)
+        .order_by(ev.created_at.desc(), ev.id.desc())
+        .limit(1)
+    ).first()
 
 
 def record_event(

@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from skillflow.cli import app
 from skillflow.promotion import cycle
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
+from skillflow.storage.schema import skill_events as skill_events_table
+from tasks.events import lifecycle_event_id
 from tests.support.promotion import AGENT, agent, config, record_cancel
 
 pytestmark = [pytest.mark.prefect, pytest.mark.slow]
@@ -84,7 +87,8 @@ def test_cli_transitions_emit_events_with_tenant_labels(prefect_harness: None, t
     for args in (
         ["rollback", one, "--to", "1", "--reason", "the drift was an outage"],
         ["reject", two, "--reason", "wrong procedure"],
-        ["activate", one],  # already ACTIVE: a no-op, no second event
+        ["reject", two, "--reason", "wrong procedure"],  # a repeat sends its event again, under the same id
+        ["activate", one],  # ACTIVE by the rollback: a no-op, and not an activation's event to send again
     ):
         result = CliRunner().invoke(app, [*args, "--db", url])
         assert result.exit_code == 0, (args, result.output)
@@ -100,6 +104,8 @@ def test_cli_transitions_emit_events_with_tenant_labels(prefect_harness: None, t
     ]  # fmt: skip
     labels = [(e.resource.get("skillflow.agent_id"), e.resource.get("skillflow.user_id")) for e in events]
     assert labels == [(AGENT, "u1")] * 3 + [(AGENT, "u2")]
+    rows = lifecycle_rows(url, [one, one, one, two], ["activated", "demoted", "rolled_back", "rejected"])
+    assert [e.id for e in events] == [lifecycle_event_id(r) for r in rows]  # each the id of its transition's row
 
     # No API configured: the same output as always, nothing on stderr, exit 0 — and no server started for it
     # (ephemeral mode refused, so an attempt to emit would surface as a warning).
@@ -110,6 +116,39 @@ def test_cli_transitions_emit_events_with_tenant_labels(prefect_harness: None, t
     assert done.stderr == ""
     assert json.loads(done.stdout) == {"skill_id": three, "status": "rejected", "injection_role": "user"}
     assert skill_events([three], expected=1, timeout=3) == []
+
+
+def lifecycle_rows(url: str, skill_ids: list[str], events: list[str]) -> list[str]:
+    """The id of each skill's newest lifecycle row of each event."""
+    engine = make_engine(url)
+    ev = skill_events_table.c
+    with engine.connect() as conn:
+        out = [
+            conn.execute(
+                select(ev.id).where(ev.skill_id == s, ev.event == e).order_by(ev.created_at.desc()).limit(1)
+            ).scalar_one()
+            for s, e in zip(skill_ids, events, strict=True)
+        ]
+    engine.dispose()
+    return out
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_decision_whose_event_was_lost_sends_it_when_asked_again(prefect_harness: None, tmp_path: Path) -> None:
+    """The API was unreachable when the skill was activated, so the event was lost (a warning); asked again once
+    the API is up, the command is a no-op on the skill and sends the activation's event, under the id of its
+    lifecycle row. Before, a repeat sent nothing and the event was lost for good."""
+    from prefect.settings import PREFECT_API_URL
+
+    url = f"sqlite:///{tmp_path / 'lost.db'}"
+    [one] = shadow_skills(url, ["u1"]).values()
+    down = cli(base_env(tmp_path, PREFECT_API_URL="http://127.0.0.1:9/api"), "activate", one, "--db", url)
+    assert down.returncode == 0 and "not emitted" in down.stderr, down.stderr
+    up = cli(base_env(tmp_path, PREFECT_API_URL=str(PREFECT_API_URL.value())), "activate", one, "--db", url)
+    assert up.returncode == 0 and "not emitted" not in up.stderr, up.stderr
+    [event] = skill_events([one], expected=1)
+    assert event.event == "skillflow.skill.activated"
+    assert event.id == lifecycle_event_id(lifecycle_rows(url, [one], ["activated"])[0])
 
 
 @pytest.mark.usefixtures("offline_providers")

@@ -31,7 +31,7 @@ from skillflow.storage import class_stats
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import skillbox, workflow_memory
-from skillflow.storage.skills import insert_skill, transition
+from skillflow.storage.skills import entered, insert_skill, transition
 from tests.conftest import ROOT
 from tests.faults import ops_kill_worker as worker
 from tests.faults.dbdump import dump
@@ -287,7 +287,9 @@ def test_review_killed_before_its_event_then_retried_emits_it_and_equals_a_clean
     killed, clean = twins
 
     clean_id = _shadow_cancel(clean)
-    want_outcome = _review(clean, clean_id, answer).model_dump() | {"skill_id": "<skill>"}
+    clean_outcome = _review(clean, clean_id, answer)
+    assert (clean_outcome.event_row is None) == (decision == "keep_shadow")
+    want_outcome = clean_outcome.model_dump() | {"skill_id": "<skill>", "event_row": "<row>"}
     want_events = [(e, r.replace(clean_id, "<skill>"), labels, payload) for e, r, labels, payload, *_ in sent]
     assert len(want_events) == (0 if decision == "keep_shadow" else 1)
     sent.clear()
@@ -295,7 +297,10 @@ def test_review_killed_before_its_event_then_retried_emits_it_and_equals_a_clean
     skill_id = _shadow_cancel(killed)
     run_id = _kill_review(killed, skill_id, answer)
     outcome = _retry(run_id)
-    assert outcome.model_dump() | {"skill_id": "<skill>"} == want_outcome
+    assert outcome.model_dump() | {"skill_id": "<skill>", "event_row": "<row>"} == want_outcome
     assert [(e, r.replace(skill_id, "<skill>"), labels, payload) for e, r, labels, payload, *_ in sent] == want_events
-    assert [args[4:] for args in sent] == [(events.review_event_id(run_id, skill_id, e),) for e, *_ in sent]
+    with killed.connect() as conn:  # the retry's event carries the id of the decision's lifecycle row
+        row = entered(conn, skill_id, outcome.status)
+    assert row is not None and (outcome.event_row == row.id or decision == "keep_shadow")
+    assert [args[4:] for args in sent] == [(events.lifecycle_event_id(row.id),)] * len(sent)
     _assert_same_rows(_twin_ids(dump(killed)), _twin_ids(dump(clean)))

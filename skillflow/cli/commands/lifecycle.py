@@ -14,7 +14,7 @@ from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, dem
 from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.promotion.redact import clean_reason
 from skillflow.storage.schema import skillbox
-from skillflow.storage.skills import InvalidTransition, SkillRecord
+from skillflow.storage.skills import InvalidTransition, SkillRecord, entered
 
 DEPLOYMENT = "activation-review/activation-review"
 IdArg = Annotated[str, typer.Argument(help="Skill id (or a unique prefix of at least 6 characters).")]
@@ -116,7 +116,6 @@ def activate_cmd(
     chosen: Literal["user", "developer"] | None = (
         None if role is None else ("developer" if role == "developer" else "user")
     )
-    before = _status(engine, full)
     try:
         skill = activate_skill(
             engine, full, chosen, actor=_actor(actor), config=load_promotion_config(), revision=revision
@@ -128,9 +127,8 @@ def activate_cmd(
         fail(str(exc))
         return
     _done(skill, json, "activated")
-    if before != skill.status:  # not a repeat of an activation already applied
-        decision = {"decision": f"activate_{skill.injection_role}", "injection_role": skill.injection_role}
-        _announce("skillflow.skill.activated", skill, {**decision, "version": skill.version})
+    decision = {"decision": f"activate_{skill.injection_role}", "injection_role": skill.injection_role}
+    _announce(engine, "skillflow.skill.activated", skill, {**decision, "version": skill.version})
 
 
 @app.command("reject")
@@ -152,28 +150,28 @@ def demote_cmd(
 def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, db: str | None, json: bool) -> None:
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
-    before = _status(engine, full)
     try:
         skill = fn(engine, full, reason, actor=_actor(actor))
     except (InvalidTransition, ValueError) as exc:
         fail(str(exc))
         return
     _done(skill, json, verb)
-    if before != skill.status:  # not a repeat of a decision already applied
-        decision = {"rejected": "reject", "demoted": "demote"}[verb]
-        _announce(f"skillflow.skill.{verb}", skill, {"decision": decision, "version": skill.version})
+    decision = {"rejected": "reject", "demoted": "demote"}[verb]
+    _announce(engine, f"skillflow.skill.{verb}", skill, {"decision": decision, "version": skill.version})
 
 
-def _status(engine: Engine, skill_id: str) -> str | None:
+def _announce(engine: Engine, event: str, skill: SkillRecord, payload: dict[str, Any]) -> None:
+    """The transition's Prefect event, when a Prefect API is configured (docs/guide/ops.md, events table), under
+    the id of the lifecycle row that moved the skill into its status. A repeated command sends it again under
+    that id — the server keeps one, so an event lost to a crash or an unreachable API arrives the second time —
+    unless that row is another kind of decision's (a repeated ``activate`` of a rolled-back skill sends nothing)."""
+    from tasks.events import emit_decision, lifecycle_event_id
+
     with engine.connect() as conn:
-        return conn.execute(select(skillbox.c.status).where(skillbox.c.id == skill_id)).scalar()
-
-
-def _announce(event: str, skill: SkillRecord, payload: dict[str, Any]) -> None:
-    """The transition's Prefect event, when a Prefect API is configured (docs/guide/ops.md, events table)."""
-    from tasks.events import emit_decision
-
-    emit_decision(event, skill, payload)
+        row = entered(conn, skill.id, skill.status)
+    if row is None or row.event != event.rsplit(".", 1)[-1]:
+        return
+    emit_decision(event, skill, payload, lifecycle_event_id(row.id))
 
 
 @app.command("review")

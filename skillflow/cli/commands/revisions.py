@@ -174,7 +174,8 @@ def rollback_cmd(
     if live is None or live.id != skill.id:  # rolling back to the ACTIVE version itself changes nothing
         with engine.connect() as conn:
             replaced = {"replaced": live.id, "replaced_status": get_skill(conn, live.id).status} if live else {}
-        _announce("skillflow.skill.rolled_back", skill, {"decision": "rollback", "version": skill.version, **replaced})
+        payload = {"decision": "rollback", "version": skill.version, **replaced}
+        _announce(engine, "skillflow.skill.rolled_back", skill, payload)
 
 
 @app.command("export")
