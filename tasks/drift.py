@@ -44,7 +44,7 @@ def check_drift(
     engine = engine_for(database_url)
     run_id = drift_run(drift_run_id)
     report = run_drift(engine, config, agent_id=agent_id, user_id=user_id, dry_run=dry_run, flow_run_id=run_id)
-    emit_demotions(report.demoted, dry_run)
+    emit_demotions(report.demoted, dry_run, run_id)
     log_drift(report, agent_id, user_id)
     if report.failed:
         raise DriftChecksFailed(", ".join(f"skill {sid[:12]} {reason}" for sid, reason in report.failed))
@@ -182,7 +182,7 @@ def check_partitions(
 
     def done(clean: list[DriftReport]) -> None:
         for report in clean:
-            emit_demotions(report.demoted, dry_run)
+            emit_demotions(report.demoted, dry_run, drift_run(drift_run_id))  # the id the batch stamped them with
         parts.extend(clean)
 
     def batch(group: list[tuple[str, str]]) -> Any:

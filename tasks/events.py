@@ -61,32 +61,43 @@ def emit_promotion(reports: Iterable[Any]) -> int:
     for r in reports:
         if r.dry_run:
             continue
-        labels = tenant(r.agent_id, r.user_id)
-        for skill_id in r.promoted:
-            sent += emit(PROMOTED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle})
-        for canonical_hash, reasons in r.rejected:
+        labels, cycle = tenant(r.agent_id, r.user_id), str(r.cycle)
+        for skill_id in r.promoted:  # a skill is promoted once
+            key = stable_id(PROMOTED, skill_id)
+            sent += emit(PROMOTED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle}, key)
+        for canonical_hash, reasons in r.rejected:  # a class is rejected at most once per cycle of its tenant
             payload = {"cycle": r.cycle, "canonical_hash": canonical_hash, "reasons": len(reasons)}
-            sent += emit(CLASS_REJECTED, f"skillflow.class.{canonical_hash}", labels, payload)
-        for skill_id, _reason in r.deprecated:
-            sent += emit(DEPRECATED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle})
+            key = stable_id(CLASS_REJECTED, r.agent_id, r.user_id, canonical_hash, cycle)
+            sent += emit(CLASS_REJECTED, f"skillflow.class.{canonical_hash}", labels, payload, key)
+        for skill_id, _reason in r.deprecated:  # a retried cycle keeps its cycle number (and reports this again)
+            key = stable_id(DEPRECATED, skill_id, cycle)
+            sent += emit(DEPRECATED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle}, key)
     return sent
 
 
-def emit_demotions(demoted: Iterable[Any], dry_run: bool) -> int:
-    """One ``demoted`` per drift demotion (``SkillDrift`` rows)."""
+def emit_demotions(demoted: Iterable[Any], dry_run: bool, drift_run_id: str | None = None) -> int:
+    """One ``demoted`` per drift demotion (``SkillDrift`` rows); within a drift run under one id per skill, so a
+    chunk checked again for the same drift run (which reads the demotions back) sends the same events."""
     if dry_run:
         return 0
-    return sum(
-        emit(DEMOTED, f"skillflow.skill.{d.skill_id}", tenant(d.agent_id, d.user_id), {"version": d.version})
-        for d in demoted
-    )
+    sent = 0
+    for d in demoted:
+        key = stable_id(DEMOTED, d.skill_id, drift_run_id) if drift_run_id else None
+        labels = tenant(d.agent_id, d.user_id)
+        sent += emit(DEMOTED, f"skillflow.skill.{d.skill_id}", labels, {"version": d.version}, key)
+    return sent
+
+
+def stable_id(*parts: str) -> UUID:
+    """An event id derived from what makes the occurrence unique (``parts`` joined with a separator no tenant id
+    may hold), so whoever sends the event again — a retried flow run or chunk, a repeated CLI command — sends
+    the same event, which the Prefect server stores and triggers on once (docs/guide/ops.md)."""
+    return uuid5(NAMESPACE_URL, "skillflow:" + "\x1f".join(parts))
 
 
 def lifecycle_event_id(row_id: str) -> UUID:
-    """The Prefect id of a decision's event: derived from the lifecycle row (``skill_events.id``) of the
-    transition the decision made, so whoever sends it again — a retried review run, a repeated CLI command —
-    sends the same event, which the server stores and triggers on once."""
-    return uuid5(NAMESPACE_URL, f"skillflow:skill-event:{row_id}")
+    """The id of a decision's event: from the lifecycle row (``skill_events.id``) of the transition it made."""
+    return stable_id("skill-event", row_id)
 
 
 def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:

@@ -51,7 +51,7 @@ def test_one_tenants_failed_check_stops_nothing(
     assert all([d["skill_id"] for d in by_user[u]["demoted"]] == [drifted[u]] for u in ("u1", "u3"))
     assert all(rid == report_id("drift", run, AGENT, u) for rid, u, _, run in stored)
     demoted_events = {
-        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED
+        (res, (labels or {}).get("skillflow.user_id")) for e, res, labels, *_ in sent if e == events.DEMOTED
     }
     assert demoted_events == {(f"skillflow.skill.{drifted[u]}", u) for u in USERS}  # u2's demotion is not hidden
     stored_fp, live_fp = rule_fingerprint(engine, "u2")
@@ -80,7 +80,7 @@ def batched(db_url: str, per_task: int) -> DriftDemotionParams:
 
 def demotion_events(sent: list[tuple[str, str, dict[str, str] | None, Any]]) -> list[tuple[str, str | None]]:
     """(resource, user id) of every demotion event sent, sorted; a doubled event shows twice."""
-    return sorted((res, (labels or {}).get("skillflow.user_id")) for e, res, labels, _ in sent if e == events.DEMOTED)
+    return sorted((res, (labels or {}).get("skillflow.user_id")) for e, res, labels, *_ in sent if e == events.DEMOTED)
 
 
 @pytest.mark.usefixtures("offline_providers")
@@ -157,17 +157,25 @@ def test_a_batch_that_fails_after_a_committed_demotion_loses_and_doubles_nothing
 
 @pytest.mark.usefixtures("offline_providers")
 def test_a_chunk_run_twice_for_one_drift_run_stores_each_tenants_report_once(
-    prefect_harness: None, db_url: str, engine: Engine
+    prefect_harness: None, db_url: str, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fan-out child re-created for the same drift run (a retried parent that re-chunked, a duplicated child)
     checks its partitions again in a new flow run: each tenant's report is keyed by the drift run and tenant, so
-    the second child replaces the first one's rows and keeps the demotions the first one committed."""
+    the second child replaces the first one's rows and keeps the demotions the first one committed; it sends
+    their events again under the ids the first child used, so the Prefect server keeps each demotion once."""
     drifted = {u: drifting(engine, user=u).id for u in USERS}
     drift_run = "0b9e5bb4-6f0e-4c43-9d2e-drift0000001"
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
     first = drift_demotion(batched(db_url, 2).model_copy(update={"drift_run_id": drift_run}))
+    first_keys = sorted((res, key) for e, res, _, _, key in sent if e == events.DEMOTED)
+    sent.clear()
     again = drift_demotion(batched(db_url, 2).model_copy(update={"drift_run_id": drift_run}))
     assert sorted(d.skill_id for d in first.demoted) == sorted(drifted.values())
     assert sorted(d.skill_id for d in again.demoted) == sorted(drifted.values())  # read back, not lost
+    want = sorted((f"skillflow.skill.{s}", events.stable_id(events.DEMOTED, s, drift_run)) for s in drifted.values())
+    assert first_keys == want
+    assert sorted((res, key) for e, res, _, _, key in sent if e == events.DEMOTED) == want  # the same events
     with engine.connect() as conn:
         stored = conn.execute(select(reports.c.id, reports.c.user_id, reports.c.flow_run_id, reports.c.body)).all()
     assert sorted(u for _, u, _, _ in stored) == USERS  # once per tenant, not once per child run

@@ -48,6 +48,7 @@ def test_a_swept_skill_emits_deprecated_with_its_tenant(
             f"skillflow.skill.{skill_id}",
             {"skillflow.agent_id": AGENT, "skillflow.user_id": "u1"},
             {"cycle": report.cycle},
+            events.stable_id(events.DEPRECATED, skill_id, str(report.cycle)),  # a retried cycle sends the same
         )
     ]
     with engine.connect() as conn:
@@ -70,7 +71,8 @@ def test_distill_now_emits_promoted(prefect_harness: None, tmp_path: Path, monke
     report = distill_class(DistillClassParams(database_url=url, agent_id=AGENT, user_id="u2", canonical_hash=chash[:8]))
     [skill_id] = report.promoted
     labels = {"skillflow.agent_id": AGENT, "skillflow.user_id": "u2"}
-    assert sent == [("skillflow.skill.promoted", f"skillflow.skill.{skill_id}", labels, {"cycle": report.cycle})]
+    key = events.stable_id(events.PROMOTED, skill_id)  # a skill is promoted once: its id is the event's key
+    assert sent == [("skillflow.skill.promoted", f"skillflow.skill.{skill_id}", labels, {"cycle": report.cycle}, key)]
     sent.clear()
     dry = distill_class(
         DistillClassParams(database_url=url, agent_id=AGENT, user_id="u2", canonical_hash=chash, dry_run=True)
