@@ -65,9 +65,9 @@ def emit_promotion(reports: Iterable[Any]) -> int:
         for skill_id in r.promoted:  # a skill is promoted once
             key = stable_id(PROMOTED, skill_id)
             sent += emit(PROMOTED, f"skillflow.skill.{skill_id}", labels, {"cycle": r.cycle}, key)
-        for canonical_hash, reasons in r.rejected:  # a class is rejected at most once per cycle of its tenant
+        for canonical_hash, reasons in r.rejected:  # once per flow run ("Distill now" may ask again in a cycle)
             payload = {"cycle": r.cycle, "canonical_hash": canonical_hash, "reasons": len(reasons)}
-            key = stable_id(CLASS_REJECTED, r.agent_id, r.user_id, canonical_hash, cycle)
+            key = stable_id(CLASS_REJECTED, r.agent_id, r.user_id, canonical_hash, cycle, r.flow_run_id or "")
             sent += emit(CLASS_REJECTED, f"skillflow.class.{canonical_hash}", labels, payload, key)
         for skill_id, _reason in r.deprecated:  # a retried cycle keeps its cycle number (and reports this again)
             key = stable_id(DEPRECATED, skill_id, cycle)
