@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, Row, select
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.models import SkillStatus
 from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
-from skillflow.storage.schema import agent_tools, skill_events
+from skillflow.storage.schema import agent_tools, skill_events, skillbox
 from skillflow.storage.skills import SkillRecord, declared_handoffs, list_skills, transition
 
 log = logging.getLogger("skillflow.promotion.staleness")
@@ -36,18 +37,25 @@ def missing_tools(declared: list[str] | None, toolbox: set[str]) -> list[str]:
     return sorted({t for t in (declared or []) if t not in toolbox})
 
 
-def deprecated_by_run(conn: Connection, listed: list[SkillRecord], flow_run_id: str | None) -> set[str]:
-    """Which of the partition's ``listed`` DEPRECATED skills this flow run deprecated: an earlier attempt of it,
-    killed after a deprecation committed, that a retry (the same flow-run id) reports and refits for again
-    (docs/RELIABILITY.md). No statement when none is listed (the lifecycle log is read by skill id)."""
-    retired = [s.id for s in listed if s.status == SkillStatus.DEPRECATED.value]
-    if not flow_run_id or not retired:
-        return set()
-    ev = skill_events.c
-    q = select(ev.skill_id).where(
-        ev.skill_id.in_(retired), ev.event == SkillStatus.DEPRECATED.value, ev.flow_run_id == flow_run_id
+def deprecated_by_run(conn: Connection, agent_id: str, user_id: str, flow_run_id: str) -> list[Row[Any, Any, Any]]:
+    """The partition's skills this flow run deprecated (``id``, ``demotion_reason``, ``canonical_hash``,
+    ``version``): an earlier attempt of it, killed after a deprecation committed, that a retry (the same flow-run
+    id) reports and refits for again (docs/RELIABILITY.md). One statement: the partition's DEPRECATED skills
+    joined to their lifecycle rows of this flow run (read by skill id), no skill's content read."""
+    sb, ev = skillbox.c, skill_events.c
+    q = (
+        select(sb.id, sb.demotion_reason, sb.canonical_hash, sb.version)
+        .join(skill_events, ev.skill_id == sb.id)
+        .where(
+            sb.agent_id == agent_id,
+            sb.user_id == user_id,
+            sb.status == SkillStatus.DEPRECATED.value,
+            ev.event == SkillStatus.DEPRECATED.value,
+            ev.flow_run_id == flow_run_id,
+        )
+        .distinct()
     )
-    return set(conn.execute(q).scalars())
+    return list(conn.execute(q))
 
 
 def sweep(
@@ -74,16 +82,18 @@ def sweep(
     with engine.connect() as conn:
         toolbox = set(registered_tools(conn, agent_id))
         handoffs = frozenset() if handoffs_allowed else declared_handoffs(conn, agent_id)
-        retry = bool(flow_run_id) and not dry_run  # a retry may find its own earlier deprecations
-        statuses = [SkillStatus.ACTIVE, SkillStatus.DEPRECATED] if retry else [SkillStatus.ACTIVE]
-        listed = list_skills(conn, agent_id, user_id, statuses=statuses)
-        earlier = deprecated_by_run(conn, listed, flow_run_id) if retry else set()
-    skills = [s for s in listed if s.status == SkillStatus.ACTIVE.value or s.id in earlier]
+        active = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
+        # A retry may find its own earlier deprecations; they keep their place in the listing's order.
+        earlier = deprecated_by_run(conn, agent_id, user_id, flow_run_id) if flow_run_id and not dry_run else []
     if not toolbox:
         return SweepResult([], f"agent {agent_id} has no registered toolbox: staleness sweep skipped")
+    entries: list[tuple[tuple[str, int], SkillRecord | Row[Any, Any, Any]]] = [
+        *(((s.canonical_hash, s.version), s) for s in active),
+        *(((e.canonical_hash, e.version), e) for e in earlier),
+    ]
     found: list[tuple[str, str]] = []
-    for skill in skills:
-        if skill.id in earlier:
+    for _, skill in sorted(entries, key=lambda entry: entry[0]):
+        if not isinstance(skill, SkillRecord):  # deprecated by this flow run's earlier attempt
             found.append((skill.id, skill.demotion_reason or ""))
             continue
         missing = missing_tools(skill.tools, toolbox)
