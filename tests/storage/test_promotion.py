@@ -314,3 +314,34 @@ def test_staleness_sweep_deprecates_a_live_skill_whose_tool_was_declared_a_hando
     with engine.connect() as conn:
         skill = get_skill(conn, skill_id)
     assert (skill.status, skill.demotion_reason) == ("deprecated", reason)
+
+
+def _three_skills_losing_tools(engine: Engine) -> list[str]:
+    """Three ACTIVE skills of one tenant, in the sweep's order (class, version), each calling a removed tool."""
+    sf = agent(engine)
+    sf.register_tools(["lookup_order"])
+    ids = []
+    with engine.begin() as conn:
+        for i, tool in enumerate(("cancel_a", "cancel_b", "cancel_c")):
+            skill = insert_skill(
+                conn, agent_id=AGENT, user_id="u1", canonical_hash=f"{i}" * 64, name=f"skill-{i}",
+                description="d", content="x", status=SkillStatus.ACTIVE, tools=["lookup_order", tool],
+            )  # fmt: skip
+            ids.append(skill.id)
+    return ids
+
+
+def test_a_retried_sweep_reports_its_earlier_deprecations_in_the_clean_order(engine: Engine) -> None:
+    """A sweep whose earlier attempt deprecated the last skill in its order before it was killed, retried under
+    the same flow-run id, reports what a sweep without the crash reports, in its order, the earlier one with its
+    stored reason; a skill another flow run deprecated is not reported."""
+    from skillflow.promotion.staleness import sweep
+
+    a, b, c = _three_skills_losing_tools(engine)
+    with engine.begin() as conn:
+        transition(conn, c, SkillStatus.DEPRECATED, actor=ACTOR, reason="tool removed: cancel_c", flow_run_id="run")
+        transition(conn, a, SkillStatus.DEPRECATED, actor=ACTOR, reason="tool removed: cancel_a", flow_run_id="old")
+    got = sweep(engine, AGENT, "u1", actor=ACTOR, flow_run_id="run").deprecated
+    assert got == [(b, "tool removed: cancel_b"), (c, "tool removed: cancel_c")]
+    assert sweep(engine, AGENT, "u1", actor=ACTOR, flow_run_id="run").deprecated == got  # asked again: the same
+    assert sweep(engine, AGENT, "u1", actor=ACTOR, flow_run_id="next").deprecated == []  # a new run: nothing
