@@ -19,7 +19,7 @@ import contextlib
 import difflib
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -204,6 +204,19 @@ def _insert_revision(
     )
 
 
+def provenance_changed(before: str, after: str) -> list[str]:
+    """The provenance keys (source, version, canonical-hash, distiller, prompt-version) whose value an edit
+    changes, adds or removes: the pipeline stamps them, a reviewer corrects only what the model wrote
+    (docs/guide/lifecycle.md)."""
+    from skillflow.promotion.validation import PROVENANCE_KEYS
+
+    try:
+        old, new = parse_skill_md(before).metadata, parse_skill_md(after).metadata
+    except SkillMdError:
+        return []  # an unreadable text is refused by validation with its own reason
+    return sorted(k for k in PROVENANCE_KEYS if old.get(k) != new.get(k))
+
+
 def edit_skill(
     engine: Engine,
     skill_id: str,
@@ -245,6 +258,9 @@ def edit_skill(
         return EditResult(skill.id, current, False)
     settings = settings or get_settings()
     result = validate_skill(content, evidence, get_judge(settings), config.skill_max_content_chars)
+    if result.ok and (moved := provenance_changed(skill.content, content)):
+        reason = f"provenance is stamped by the pipeline and cannot be edited ({', '.join(moved)})"
+        result = replace(result, ok=False, reasons=[reason])
     if not result.ok or result.parsed is None or result.content != content:
         with engine.begin() as conn:
             record_event(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 from skillflow.kernel.textnorm import fold, hidden_kinds, strip_controls, unspace
 from skillflow.promotion.detectors import Finding, literal_findings
@@ -58,9 +60,21 @@ _PROVENANCE_FORMAT = {
     "version": re.compile(r"[1-9][0-9]{0,3}"),
     "canonical-hash": re.compile(r"[0-9a-f]{64}|imported-[0-9a-f]{55}"),
     "distiller": re.compile(r"[a-z][a-z0-9-]{0,31}(?::[A-Za-z0-9][A-Za-z0-9._:/-]{0,79})?"),
-    "prompt-version": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
 }
 _STAMPED_LITERAL_KINDS = frozenset({"id", "number"})
+_PROMPTS = Path(__file__).parent / "prompts"
+
+
+@cache
+def prompt_versions() -> frozenset[str]:
+    """The prompt versions this pipeline stamps: the offline distiller's and each shipped prompt's (its file stem,
+    ``_`` read as ``-``). A ``prompt-version`` is stamped only when it is one of them: the open format it had let
+    an identifier such as a customer id through as a "version" (docs/SECURITY.md, "Attacks tried")."""
+    from skillflow.promotion.distill import OFFLINE_PROMPT_VERSION
+
+    return frozenset({OFFLINE_PROMPT_VERSION, *(p.stem.replace("_", "-") for p in _PROMPTS.glob("*.md"))})
+
+
 MAX_JUDGE_REASON_CHARS = 300
 
 
@@ -192,6 +206,8 @@ def stamped(key: str, value: str, canonical_hash: str | None = None) -> bool:
     than an identifier."""
     if key == "canonical-hash" and canonical_hash and value == canonical_hash:
         return True
+    if key == "prompt-version":
+        return value in prompt_versions()
     fmt = _PROVENANCE_FORMAT.get(key)
     if fmt is None or not fmt.fullmatch(value):
         return False

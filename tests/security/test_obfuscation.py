@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine
 
@@ -194,6 +194,8 @@ def clean() -> tuple[str, Any]:
 
 
 @given(text=obfuscated(), field=st.sampled_from(FIELDS))  # examples: the HYPOTHESIS_PROFILE's (tests/conftest.py)
+@example(text="CUST88213ZK", field="provenance prompt-version")  # found in CI's profile: an id in a stamped format
+@example(text="CUST88213ZK", field="provenance distiller")
 def test_nothing_planted_is_stored_by_distill_or_reinstated_by_rollback(text: str, field: str) -> None:
     skill_md, ev = clean()
     planted = plant(skill_md, field, text)
@@ -215,6 +217,8 @@ def seeded(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[Engi
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(text=obfuscated(), field=st.sampled_from(FIELDS), n=st.integers(0, 10**9))
+@example(text="CUST88213ZK", field="provenance prompt-version", n=1)
+@example(text="CUST88213ZK", field="provenance distiller", n=2)
 def test_nothing_planted_is_stored_by_import_or_edit_or_rendered(
     seeded: tuple[Engine, Any, str, str], tmp_path_factory: pytest.TempPathFactory, text: str, field: str, n: int
 ) -> None:
