@@ -16,7 +16,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 from skillflow.kernel.textnorm import fold, hidden_kinds, strip_controls, unspace
 from skillflow.promotion.detectors import Finding, literal_findings
@@ -62,7 +61,6 @@ _PROVENANCE_FORMAT = {
     "distiller": re.compile(r"[a-z][a-z0-9-]{0,31}(?::[A-Za-z0-9][A-Za-z0-9._:/-]{0,79})?"),
 }
 _STAMPED_LITERAL_KINDS = frozenset({"id", "number"})
-_PROMPTS = Path(__file__).parent / "prompts"
 
 
 @cache
@@ -70,9 +68,15 @@ def prompt_versions() -> frozenset[str]:
     """The prompt versions this pipeline stamps: the offline distiller's and each shipped prompt's (its file stem,
     ``_`` read as ``-``). A ``prompt-version`` is stamped only when it is one of them: the open format it had let
     an identifier such as a customer id through as a "version" (docs/SECURITY.md, "Attacks tried")."""
-    from skillflow.promotion.distill import OFFLINE_PROMPT_VERSION
+    from importlib import resources
 
-    return frozenset({OFFLINE_PROMPT_VERSION, *(p.stem.replace("_", "-") for p in _PROMPTS.glob("*.md"))})
+    from skillflow.promotion.distill import OFFLINE_PROMPT_VERSION
+    from skillflow.promotion.llm import prompt_version
+
+    shipped = resources.files("skillflow.promotion.prompts").iterdir()  # as the LLM backends read them
+    return frozenset(
+        {OFFLINE_PROMPT_VERSION, *(prompt_version(p.name[:-3]) for p in shipped if p.name.endswith(".md"))}
+    )
 
 
 MAX_JUDGE_REASON_CHARS = 300
