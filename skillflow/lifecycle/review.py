@@ -199,16 +199,17 @@ def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> R
         skill = get_skill(conn, skill_id)
         revision = current_revision(conn, skill_id)
     timed_out = decided.event == "review_timeout"
+    decision = str(decided.details.get("decision") or decided.event)
     return ReviewOutcome(
         skill_id=skill_id,
-        decision=str(decided.details.get("decision") or decided.event),
+        decision=decision,
         applied=not timed_out,
         status=skill.status,
         injection_role=skill.injection_role,
         reviewer="" if timed_out else str(decided.actor),
         reasons=["review timed out"] if timed_out else [],
         revision=revision,
-        event_row=None if timed_out else str(decided.id),
+        event_row=str(decided.id) if decision in TRANSITIONS else None,  # as apply_review_decision reports it
     )
 
 

@@ -77,15 +77,18 @@ def _partition_failed(agent_id: str, user_id: str, stage: str, reason: str) -> P
 def lease_name(agent_id: str, user_id: str) -> str:
     """The partition's lease: one per (agent, user), however the ids are spelled (``acme:eu``/``bob`` and
     ``acme``/``eu:bob`` are two partitions)."""
-    name = f"promotion:{len(agent_id)}:{agent_id}:{user_id}"
-    return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
+    return _bounded(f"promotion:{len(agent_id)}:{agent_id}:{user_id}")
 
 
 def legacy_lease_name(agent_id: str, user_id: str) -> str:
     """The name workers before the length prefix take for the partition: held too, so that an old and a new
     worker never run one partition at once during a rolling upgrade (docs/RELIABILITY.md, "Found by the
     suite"). Partitions spelled alike share it, so they take turns while it is held, which is safe."""
-    name = f"promotion:{agent_id}:{user_id}"
+    return _bounded(f"promotion:{agent_id}:{user_id}")
+
+
+def _bounded(name: str) -> str:
+    """A lease name as stored: itself, or its sha256 when longer than the column allows."""
     return name if len(name) <= 300 else "promotion:" + hashlib.sha256(name.encode()).hexdigest()
 
 
