@@ -10,11 +10,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from typer.core import TyperGroup
 
-from skillflow.cli.errors import CliError, bad_database_url, explain
+from skillflow.cli.errors import CliError, checked_database_url, explain
 from skillflow.kernel.config import (
     CONFIG_PATH_ENV,
     DEFAULTS,
@@ -87,13 +85,8 @@ UserOption = Annotated[str | None, typer.Option("--user-id", help="Only this use
 
 
 def database_url(db: str | None) -> str:
-    """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: a URL SQLAlchemy cannot use is a one-line error."""
-    url = db or Settings().database_url
-    try:
-        make_url(url).get_dialect()
-    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
-        raise bad_database_url(url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
-    return url
+    """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked (:func:`skillflow.cli.errors.checked_database_url`)."""
+    return checked_database_url(db)
 
 
 def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig:

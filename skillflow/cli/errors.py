@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
-from skillflow.kernel.config import ConfigError
+from skillflow.kernel.config import ConfigError, Settings
 
 USAGE, FAILED = 2, 1
 PROJECT_PACKAGES = frozenset({"skillflow", "flows", "tasks"})
@@ -29,6 +30,16 @@ class CliError(Exception):
     def __init__(self, message: str, code: int = USAGE) -> None:
         super().__init__(message)
         self.message, self.code = message, code
+
+
+def checked_database_url(db: str | None) -> str:
+    """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: a URL SQLAlchemy cannot use is a one-line error."""
+    url = db or Settings().database_url
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise bad_database_url(url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    return url
 
 
 def bad_database_url(url: str, problem: str) -> CliError:

@@ -1,6 +1,8 @@
 """``python -m skillflow.cli.main``: the ``skillflow`` command without the console script."""
 
-from skillflow.cli import app
+import sys
+
+from skillflow.command import main
 
 if __name__ == "__main__":
-    app()
+    sys.exit(main())

@@ -274,6 +274,19 @@ def migrate(engine: Engine) -> list[str]:
     return applied
 
 
+def migrate_database(url: str) -> tuple[list[str], list[str]]:
+    """``skillflow migrate`` on ``url``: (migrations applied now, migrations that were already current)."""
+    from skillflow.storage.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        applied = migrate(engine)
+        versions = applied_versions(engine)
+    finally:
+        engine.dispose()
+    return applied, [m.name for m in MIGRATIONS if m.version in versions and m.name not in applied]
+
+
 class SchemaOutdated(RuntimeError):
     """The database lacks migrations this code needs; the message names the command that applies them."""
 

@@ -8,8 +8,7 @@ import typer
 from sqlalchemy.engine import make_url
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, fail, print_json
-from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import MIGRATIONS, applied_versions, migrate
+from skillflow.storage.migrations import migrate_database
 from skillflow.storage.oracle_files import migration_files
 
 PrintOracleOption = Annotated[
@@ -36,13 +35,7 @@ def migrate_command(db: DbOption = None, json_out: JsonOption = False, print_ora
             typer.echo("")
         return
     url = database_url(db)
-    engine = make_engine(url)
-    try:
-        applied = migrate(engine)
-        versions = applied_versions(engine)
-    finally:
-        engine.dispose()
-    current = [m.name for m in MIGRATIONS if m.version in versions and m.name not in applied]
+    applied, current = migrate_database(url)
     if json_out:
         print_json(
             {"database": make_url(url).render_as_string(hide_password=True), "applied": applied, "current": current}
