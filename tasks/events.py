@@ -76,16 +76,38 @@ def emit_promotion(reports: Iterable[Any]) -> int:
 
 
 def emit_demotions(demoted: Iterable[Any], dry_run: bool, drift_run_id: str | None = None) -> int:
-    """One ``demoted`` per drift demotion (``SkillDrift`` rows); within a drift run under one id per skill, so a
-    chunk checked again for the same drift run (which reads the demotions back) sends the same events."""
+    """One ``demoted`` per drift demotion (``SkillDrift`` rows), under :func:`drift_demotion_id`: a chunk checked
+    again for the same drift run (which reads the demotions back) and a ``skillflow demote`` repeated afterwards
+    send the same events."""
     if dry_run:
         return 0
     sent = 0
     for d in demoted:
-        key = stable_id(DEMOTED, d.skill_id, drift_run_id) if drift_run_id else None
+        key = drift_demotion_id(d.skill_id, drift_run_id) if drift_run_id else None
         labels = tenant(d.agent_id, d.user_id)
-        sent += emit(DEMOTED, f"skillflow.skill.{d.skill_id}", labels, {"version": d.version}, key)
+        sent += emit(DEMOTED, f"skillflow.skill.{d.skill_id}", labels, drift_demotion_payload(d.version), key)
     return sent
+
+
+def drift_demotion_id(skill_id: str, drift_run_id: str) -> UUID:
+    """The id of drift's demotion of ``skill_id`` in the drift run ``drift_run_id``, which is also the run stamped
+    on the demotion's lifecycle row (``skill_events.flow_run_id``): the one key of that transition, whoever
+    sends its event (the chunk that demoted it, a chunk that reads it back, ``skillflow demote``)."""
+    return stable_id(DEMOTED, skill_id, drift_run_id)
+
+
+def drift_demotion_payload(version: int) -> dict[str, Any]:
+    return {"version": version}
+
+
+def drift_run_of(row: Any) -> str | None:
+    """The drift run of a lifecycle row (:func:`skillflow.storage.skills.entered`) when drift's demotion wrote it,
+    else None: its event is drift's, under :func:`drift_demotion_id` (docs/guide/ops.md, "Events and automations")."""
+    from skillflow.lifecycle.drift import ACTOR
+
+    if row.event == "demoted" and row.actor == ACTOR and row.flow_run_id:
+        return str(row.flow_run_id)
+    return None
 
 
 def stable_id(*parts: str) -> UUID:
@@ -116,17 +138,22 @@ def emit_review(outcome: Any, agent_id: str, user_id: str) -> bool:
     return emit(event, f"skillflow.skill.{outcome.skill_id}", tenant(agent_id, user_id), payload, event_id)
 
 
-def emit_backlog(pending: int, threshold: int, database: str) -> bool:
-    """``skillflow.outbox.backlog`` when more than ``threshold`` runs wait for shadow evaluation."""
+def emit_backlog(pending: int, threshold: int, database: str, flow_run_id: str | None = None) -> bool:
+    """``skillflow.outbox.backlog`` when more than ``threshold`` runs wait for shadow evaluation.
+
+    One per database and flow run (a retried run sends the same event); outside a flow run, a random id.
+    """
     if pending <= threshold:
         return False
-    return emit(BACKLOG, f"skillflow.outbox.{database}", None, {"count": pending, "threshold": threshold})
+    key = stable_id(BACKLOG, database, flow_run_id) if flow_run_id else None
+    return emit(BACKLOG, f"skillflow.outbox.{database}", None, {"count": pending, "threshold": threshold}, key)
 
 
 def emit_quality_blocking(report_id: str, failed_checks: list[str]) -> bool:
-    return emit(
-        QUALITY_BLOCKING, f"skillflow.quality.{report_id}", None, {"failed": failed_checks, "count": len(failed_checks)}
-    )
+    """``skillflow.quality.blocking`` once per data-quality report (a retried run keeps its report id)."""
+    payload = {"failed": failed_checks, "count": len(failed_checks)}
+    key = stable_id(QUALITY_BLOCKING, report_id)
+    return emit(QUALITY_BLOCKING, f"skillflow.quality.{report_id}", None, payload, key)
 
 
 def emit_decision(

@@ -74,14 +74,16 @@ def publish_shadow_summary(report: DrainReport, drains: int = 0) -> None:
 
 @stage(run_name="note-backlog")
 def note_backlog(database_url: str | None, threshold: int) -> int:
-    """Count the shadow outbox and emit ``skillflow.outbox.backlog`` above ``threshold``; returns the count."""
+    """Count the shadow outbox and emit ``skillflow.outbox.backlog`` above ``threshold`` (keyed by the database and
+    this flow run, so a retried run sends the same event); returns the count."""
     from skillflow.storage.outbox import pending_count
     from tasks.events import emit_backlog
 
     engine = engine_for(database_url)
     with engine.connect() as conn:
         pending = pending_count(conn)
-    emit_backlog(pending, threshold, os.path.basename(engine.url.database or "") or engine.url.drivername)
+    database = os.path.basename(engine.url.database or "") or engine.url.drivername
+    emit_backlog(pending, threshold, database, flow_run_id())
     get_run_logger().info("shadow outbox: %d run(s) pending (backlog event above %d)", pending, threshold)
     return pending
 

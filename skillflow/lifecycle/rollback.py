@@ -121,6 +121,7 @@ def _rollback(
         if problems:
             raise ActivationRefused(problems)
         current = live_skill_for_class(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
+        leave: SkillStatus | None = None
         if current is not None and current.id != target.id:
             leave = SkillStatus.DEMOTED if current.status == SkillStatus.ACTIVE.value else SkillStatus.REJECTED
             transition(
@@ -142,10 +143,13 @@ def _rollback(
         )
         restored = get_skill(conn, target.id)
         stamped = stamp_class(conn, restored)
+        # The replaced version and the status it left in: the rollback's event, sent again by a repeat, reads them
+        # from this row (docs/guide/ops.md, "Events and automations").
         record_event(
             conn, restored, "rolled_back", actor=actor, from_status=target.status, to_status=SkillStatus.ACTIVE.value,
             reason=reason, flow_run_id=flow_run_id,
             details={"review": True, "decision": "rollback", "replaced": current.id if current else None,
-                     "stamped": stamped, "role": restored.injection_role},
+                     "replaced_status": leave.value if leave else None, "stamped": stamped,
+                     "role": restored.injection_role},
         )  # fmt: skip
     return restored, True

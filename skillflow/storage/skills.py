@@ -190,12 +190,13 @@ def next_version(conn: Connection, agent_id: str, user_id: str, canonical_hash: 
     return int(current or 0) + 1
 
 
-def entered(conn: Connection, skill_id: str, status: str) -> Row[Any, Any, Any] | None:
-    """The newest lifecycle row that moved the skill into ``status`` (``id``, ``event``, ``details``), if any: the
-    transition a decision made, which its reviewer details and its Prefect event's id hang on (docs/guide/ops.md)."""
+def entered(conn: Connection, skill_id: str, status: str) -> Row[Any, Any, Any, Any, Any] | None:
+    """The newest lifecycle row that moved the skill into ``status`` (``id``, ``event``, ``details``, ``actor``,
+    ``flow_run_id``), if any: the transition a decision made, which its reviewer details and its Prefect event's
+    id hang on (docs/guide/ops.md)."""
     ev = skill_events.c
     return conn.execute(
-        select(ev.id, ev.event, ev.details)
+        select(ev.id, ev.event, ev.details, ev.actor, ev.flow_run_id)
         .where(ev.skill_id == skill_id, ev.to_status == status)
         .order_by(ev.created_at.desc(), ev.id.desc())
         .limit(1)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from typer.testing import CliRunner
 
 from skillflow.cli import app
@@ -162,3 +162,79 @@ def test_an_unreachable_prefect_api_is_a_warning_never_a_failure(tmp_path: Path)
     assert "event skillflow.skill.activated not emitted: the Prefect API at http://127.0.0.1:9/api is unreachable" in (
         done.stderr
     )
+
+
+def decisions_sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    """(event, skill id, payload, event id) of each event a CLI decision hands to ``emit_decision``."""
+    from tasks import events
+
+    sent: list[tuple[Any, ...]] = []
+
+    def capture(event: str, skill: Any, payload: dict[str, Any], event_id: Any = None, **_: Any) -> bool:
+        sent.append((event, skill.id, payload, event_id))
+        return True
+
+    monkeypatch.setattr(events, "emit_decision", capture)
+    return sent
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_demote_of_a_skill_drift_demoted_sends_drifts_event_again(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: drift keyed its ``demoted`` by skill and drift run, the CLI by the lifecycle row, so ``skillflow
+    demote`` of a skill drift had demoted sent a second event (a second re-qualification). Now it sends drift's
+    event: its id and payload."""
+    from skillflow.lifecycle.drift import run_drift
+    from tasks import events
+    from tests.support.drift import drifting
+    from tests.support.lifecycle import config as drift_config
+
+    skill = drifting(engine)
+    drift_run = "drift-run-1"
+    report = run_drift(engine, drift_config(demotion_success_delta=0.25), flow_run_id=drift_run)
+    assert [d.skill_id for d in report.demoted] == [skill.id]
+    flow_sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: flow_sent.append(args) or True)
+    events.emit_demotions(report.demoted, False, drift_run)
+    [(event, _resource, _labels, payload, key)] = flow_sent
+
+    sent = decisions_sent(monkeypatch)
+    result = CliRunner().invoke(app, ["demote", skill.id, "--reason", "drifted in production", "--db", db_url])
+    assert result.exit_code == 0, result.output
+    assert sent == [(event, skill.id, payload, key)]
+    assert key == events.drift_demotion_id(skill.id, drift_run)
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_rollback_repeated_to_the_active_version_sends_its_event_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a ``rollback`` repeated to the version already ACTIVE sent nothing (its payload named the
+    replaced version, which a repeat no longer knew), so a rollback event lost once was lost for good. Now the
+    repeat sends the same event — id of the rollback's lifecycle row, payload read from that row."""
+    from datetime import timedelta
+
+    from skillflow.kernel.models import utcnow
+    from skillflow.lifecycle.decisions import demote_skill
+
+    url = f"sqlite:///{tmp_path / 'rollback.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)  # no shadow: each version lands ACTIVE
+    for i in range(6):
+        record_cancel(sf, "u1", i)
+    [first] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
+    demote_skill(engine, first, "drift: rolling 0.40 vs baseline 1.00", actor="test")
+    for i in range(10, 16):
+        record_cancel(sf, "u1", i, when=utcnow() + timedelta(seconds=i))
+    [second] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
+    engine.dispose()
+
+    sent = decisions_sent(monkeypatch)
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["rollback", second, "--to", "1", "--reason", "v2 regressed", "--db", url])
+        assert result.exit_code == 0, result.output
+    [row] = lifecycle_rows(url, [first], ["rolled_back"])
+    payload = {"decision": "rollback", "version": 1, "replaced": second, "replaced_status": "demoted"}
+    assert sent == [("skillflow.skill.rolled_back", first, payload, lifecycle_event_id(row))] * 2

@@ -58,3 +58,33 @@ def test_drift_demotions_are_keyed_by_skill_and_drift_run(monkeypatch: pytest.Mo
     assert [a[4] for a in sent] == want
     assert sent[0][4] != sent[2][4]
     assert events.emit_demotions([Drift()], True, "drift-1") == 0  # a dry run sends nothing
+
+
+def _keys(monkeypatch: pytest.MonkeyPatch, send: Any) -> list[Any]:
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
+    send()
+    return [a[4] for a in sent]
+
+
+def test_a_blocking_quality_report_is_one_event_per_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: ``quality.blocking`` had a random id, so a retried data-quality run sent it twice."""
+    [first] = _keys(monkeypatch, lambda: events.emit_quality_blocking("report-1", ["runs.outcome"]))
+    [again] = _keys(monkeypatch, lambda: events.emit_quality_blocking("report-1", ["runs.outcome"]))
+    [other] = _keys(monkeypatch, lambda: events.emit_quality_blocking("report-2", ["runs.outcome"]))
+    assert first == again == events.stable_id(events.QUALITY_BLOCKING, "report-1")
+    assert other != first
+
+
+def test_the_backlog_is_one_event_per_database_and_flow_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: ``outbox.backlog`` had a random id, so a retried flow run sent it twice."""
+
+    def keys(database: str, run: str | None) -> Any:
+        [key] = _keys(monkeypatch, lambda: events.emit_backlog(12, 10, database, run))
+        return key
+
+    assert keys("db", "run-1") == keys("db", "run-1") == events.stable_id(events.BACKLOG, "db", "run-1")
+    assert keys("db", "run-2") != keys("db", "run-1")
+    assert keys("other", "run-1") != keys("db", "run-1")
+    assert keys("db", None) is None  # outside a flow run: Prefect's random id
+    assert _keys(monkeypatch, lambda: events.emit_backlog(10, 10, "db", "run-1")) == []  # not above the threshold

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import typer
@@ -160,18 +161,28 @@ def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, d
     _announce(engine, f"skillflow.skill.{verb}", skill, {"decision": decision, "version": skill.version})
 
 
-def _announce(engine: Engine, event: str, skill: SkillRecord, payload: dict[str, Any]) -> None:
+def _announce(
+    engine: Engine, event: str, skill: SkillRecord, payload: dict[str, Any] | Callable[[Any], dict[str, Any]]
+) -> None:
     """The transition's Prefect event, when a Prefect API is configured (docs/guide/ops.md, events table), under
     the id of the lifecycle row that moved the skill into its status. A repeated command sends it again under
     that id — the server keeps one, so an event lost to a crash or an unreachable API arrives the second time —
-    unless that row is another kind of decision's (a repeated ``activate`` of a rolled-back skill sends nothing)."""
-    from tasks.events import emit_decision, lifecycle_event_id
+    unless that row is another kind of decision's (a repeated ``activate`` of a rolled-back skill sends nothing).
+
+    ``payload`` may be a function of that row (a rollback's names what it replaced). A demotion drift made is
+    drift's event — its id (:func:`tasks.events.drift_demotion_id`) and payload — so a ``demote`` of a skill drift
+    already demoted sends the event drift sent, not a second one."""
+    from tasks.events import drift_demotion_id, drift_demotion_payload, drift_run_of, emit_decision, lifecycle_event_id
 
     with engine.connect() as conn:
         row = entered(conn, skill.id, skill.status)
     if row is None or row.event != event.rsplit(".", 1)[-1]:
         return
-    emit_decision(event, skill, payload, lifecycle_event_id(row.id))
+    drift_run = drift_run_of(row)
+    if drift_run is not None:
+        emit_decision(event, skill, drift_demotion_payload(skill.version), drift_demotion_id(skill.id, drift_run))
+        return
+    emit_decision(event, skill, payload(row) if callable(payload) else payload, lifecycle_event_id(row.id))
 
 
 @app.command("review")

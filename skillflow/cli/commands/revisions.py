@@ -7,14 +7,16 @@ import shlex
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from sqlalchemy import Engine
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
 from skillflow.cli.commands.lifecycle import ActorOption, IdArg, ReasonOption, _actor, _announce, resolve_id
 from skillflow.kernel.config import load_promotion_config
+from skillflow.storage.skills import SkillRecord
 
 STATUSES = ("candidate", "shadow", "active", "deprecated", "demoted", "rejected")
 
@@ -152,13 +154,10 @@ def rollback_cmd(
     """Make an earlier version of the class ACTIVE again (tools re-checked); the current one leaves with the reason."""
     from skillflow.lifecycle.decisions import ActivationRefused
     from skillflow.lifecycle.rollback import rollback_skill
-    from skillflow.storage.skills import InvalidTransition, get_skill, live_skill_for_class
+    from skillflow.storage.skills import InvalidTransition
 
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
-    with engine.connect() as conn:
-        chosen = get_skill(conn, full)
-        live = live_skill_for_class(conn, chosen.agent_id, chosen.user_id, chosen.canonical_hash)
     try:
         skill = rollback_skill(engine, full, to, actor=_actor(actor), reason=reason, config=load_promotion_config())
     except ActivationRefused as exc:
@@ -171,11 +170,25 @@ def rollback_cmd(
         print_json({"skill_id": skill.id, "version": skill.version, "status": skill.status})
     else:
         console.print(f"rolled back: [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}) is {skill.status}")
-    if live is None or live.id != skill.id:  # rolling back to the ACTIVE version itself changes nothing
+    # Also when it rolled back to the ACTIVE version itself (nothing changed): the rollback that made it ACTIVE
+    # is sent again, under its lifecycle row's id and with the payload read from that row.
+    _announce(engine, "skillflow.skill.rolled_back", skill, lambda row: _rollback_payload(engine, skill, row))
+
+
+def _rollback_payload(engine: Engine, skill: SkillRecord, row: Any) -> dict[str, Any]:
+    """The rollback's event payload, from its lifecycle row (``details.replaced`` / ``replaced_status``).
+
+    A row written before ``replaced_status`` was stored gives the replaced version's status now.
+    """
+    from skillflow.storage.skills import get_skill
+
+    details = row.details or {}
+    replaced, status = details.get("replaced"), details.get("replaced_status")
+    if replaced and replaced != skill.id and not status:
         with engine.connect() as conn:
-            replaced = {"replaced": live.id, "replaced_status": get_skill(conn, live.id).status} if live else {}
-        payload = {"decision": "rollback", "version": skill.version, **replaced}
-        _announce(engine, "skillflow.skill.rolled_back", skill, payload)
+            status = get_skill(conn, replaced).status
+    extra = {"replaced": replaced, "replaced_status": status} if replaced and replaced != skill.id else {}
+    return {"decision": "rollback", "version": skill.version, **extra}
 
 
 @app.command("export")
