@@ -238,3 +238,36 @@ def test_a_rollback_repeated_to_the_active_version_sends_its_event_again(
     [row] = lifecycle_rows(url, [first], ["rolled_back"])
     payload = {"decision": "rollback", "version": 1, "replaced": second, "replaced_status": "demoted"}
     assert sent == [("skillflow.skill.rolled_back", first, payload, lifecycle_event_id(row))] * 2
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_demote_of_the_version_a_rollback_replaced_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a rollback demotes the version it replaces and sends ``rolled_back`` only (the class stays
+    covered); a later ``demote`` of that version found the rollback's demotion row and sent a ``demoted`` event
+    that was never sent, which starts the re-qualification automation. Now it sends nothing."""
+    from datetime import timedelta
+
+    from skillflow.kernel.models import utcnow
+    from skillflow.lifecycle.decisions import demote_skill
+
+    url = f"sqlite:///{tmp_path / 'rollback.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, "u1", i)
+    [first] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
+    demote_skill(engine, first, "drift: rolling 0.40 vs baseline 1.00", actor="test")
+    for i in range(10, 16):
+        record_cancel(sf, "u1", i, when=utcnow() + timedelta(seconds=i))
+    [second] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
+    engine.dispose()
+    result = CliRunner().invoke(app, ["rollback", second, "--to", "1", "--reason", "v2 regressed", "--db", url])
+    assert result.exit_code == 0, result.output
+
+    sent = decisions_sent(monkeypatch)
+    result = CliRunner().invoke(app, ["demote", second, "--reason", "still bad", "--db", url])
+    assert result.exit_code == 0, result.output
+    assert sent == []

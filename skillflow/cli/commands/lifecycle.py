@@ -167,7 +167,8 @@ def _announce(
     """The transition's Prefect event, when a Prefect API is configured (docs/guide/ops.md, events table), under
     the id of the lifecycle row that moved the skill into its status. A repeated command sends it again under
     that id — the server keeps one, so an event lost to a crash or an unreachable API arrives the second time —
-    unless that row is another kind of decision's (a repeated ``activate`` of a rolled-back skill sends nothing).
+    unless that row is another kind of decision's (a repeated ``activate`` of a rolled-back skill sends nothing) or
+    no decision's at all (the version a rollback replaced: a rollback sends ``rolled_back`` only).
 
     ``payload`` may be a function of that row (a rollback's names what it replaced). A demotion drift made is
     drift's event — its id (:func:`tasks.events.drift_demotion_id`) and payload — so a ``demote`` of a skill drift
@@ -182,6 +183,8 @@ def _announce(
     if drift_run is not None:
         emit_decision(event, skill, drift_demotion_payload(skill.version), drift_demotion_id(skill.id, drift_run))
         return
+    if not (row.details or {}).get("decision"):
+        return  # no decision's row: a rollback's demotion of the version it replaced, which sends no event
     emit_decision(event, skill, payload(row) if callable(payload) else payload, lifecycle_event_id(row.id))
 
 
