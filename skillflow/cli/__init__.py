@@ -1,7 +1,7 @@
 """``skillflow`` command line: every module in ``skillflow.cli.commands`` registers its commands.
 
 Without the ``pipeline`` extra (an agent-only install: no typer) nothing is registered and :data:`missing` names
-the module that is absent; the console script (:mod:`skillflow.command`) then runs ``skillflow migrate`` alone.
+the module that is absent; the console script (:mod:`skillflow.cli.entry`) then runs ``skillflow migrate`` alone.
 The error layer (:mod:`skillflow.cli.errors`) needs none of the pipeline.
 """
 

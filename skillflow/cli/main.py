@@ -2,7 +2,7 @@
 
 import sys
 
-from skillflow.command import main
+from skillflow.cli.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())
