@@ -5,7 +5,8 @@ finding by its placeholder before a text reaches an LLM, a log or a stored skill
 skill in which :func:`literal_findings` finds anything at all. Well-kept detectors do the typed work
 (``phonenumbers`` for phone numbers, ``python-stdnum`` for Luhn card and IBAN check digits,
 ``detect-secrets`` for vendor tokens and keyword assignments); the structural rules behind them (no digit,
-no mixed letter/digit token, no quoted credential) are the backstop whatever the detectors miss.
+no mixed letter/digit token, no random letter token, no quoted credential) are the backstop whatever the
+detectors miss.
 
 The detectors read the text as a reader sees it (``textnorm.fold``: superscript, circled and fullwidth
 digits, homoglyphs and zero-width characters; ``%40``-style escapes decoded) and every span is mapped back,
@@ -106,6 +107,105 @@ _JWT = re.compile(r"(?<![\w-])eyJ[\w-]{4,}\.[\w-]+")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+/~")
 
 
+# A random token of letters only (``QwErTyUiOpAsDfGhJk``): no digit for the backstop, no prefix for the rule above
+# (docs/SECURITY.md, "Fixed 2026-12-04: random letter tokens"). A candidate is a run of 16 or more letters, ``_``
+# and ``-`` glued to no digit (the id rule takes those); only its mixed-case words (a capital after the first
+# letter, and a small letter) are read, and they must hold 16 letters or more, so lowercase words, capitalised
+# words, upper-case codes and snake_case names are never candidates.
+_LETTER_RUN = re.compile(r"(?<![A-Za-z_-])[A-Za-z_-]{16,}")
+_WORD_SEPARATOR = re.compile(r"[_-]")
+_CAMEL_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")  # departure|Airport|Code, XML|Http|Request
+_LOWER_RUN = re.compile(r"[a-z]+")
+LETTER_SECRET_MIN_LETTERS = 16
+# A token scoring this many bits or fewer is random (see :func:`letter_secret`).
+LETTER_SECRET_MAX_BITS = -5
+# log2 of P(second letter | first) in English words against 1/26, rounded and clamped to -4..3, stored +4: row
+# "a" column "b" is the pair "ab". Counted over the 17 296 distinct words that occur three times or more in the
+# English documentation files (.rst, .md, .txt, .html) of Python 3.11, the project's installed dependencies and
+# /usr/share/doc on the development machine: "qu" is +3, "er" +2, "qw" -3, "zx" and "vq" -4.
+_BIGRAM_ROWS = (
+    "04551241403656040656322130",
+    "53326011540621530543600042",
+    "51316105405410620536410010",
+    "52247222601423520441421020",
+    "52553322201446232665132330",
+    "50136510600513610453401030",
+    "51327234500435520543401031",
+    "60117103602242620434401030",
+    "43544340002547530455040103",
+    "60127012502000620150603000",
+    "51137223601323530353402030",
+    "52237120601521520044420050",
+    "64227100601241550141401010",
+    "51555361403214420156221020",
+    "33541231202556340644533110",
+    "60126104401511540645400030",
+    "22020011300310000321701001",
+    "61437230603343520454331040",
+    "41416214502322540356402040",
+    "50326225600322530544301040",
+    "44435430401546140656000001",
+    "60207120600121400031100000",
+    "62226004601315510642111110",
+    "41525203600341360247210430",
+    "53334232403446470354322012",
+    "62217104501510420211322033",
+)
+_BIGRAM_BITS = {
+    chr(97 + i) + chr(97 + j): int(bits) - 4 for i, row in enumerate(_BIGRAM_ROWS) for j, bits in enumerate(row)
+}
+# log2 of how much likelier a lowercase run of 1, 2, … 6+ letters is inside a mixed-case identifier than among
+# random letters (where half the runs have one letter), counted over the mixed-case words of the identifiers in
+# the same Python sources: a lone small letter between capitals ("QwE") is -4, a run of six or more +3.
+_LOWER_RUN_BITS = (0, -4, -1, 1, 2, 2, 3)
+
+
+def _mixed_case(word: str) -> bool:
+    return any(c.islower() for c in word) and any(c.isupper() for c in word[1:])
+
+
+def letter_secret(token: str) -> bool:
+    """Whether a run of ASCII letters (words perhaps joined by ``_``/``-``) reads as a random token, not a name.
+
+    Only its mixed-case words count, and they must hold at least ``LETTER_SECRET_MIN_LETTERS`` letters. Random
+    when (a) at least three quarters of those letters sit in camel parts of one or two letters (``Qw|Er|Ty…``:
+    the case changes every letter or two), or (b) the letters score ``LETTER_SECRET_MAX_BITS`` or less: the sum,
+    over every camel part that is not an upper-case code, of its letter pairs' English log-odds, plus the
+    log-odds of each lowercase run's length. Upper-case codes (``XML``, ``CUDA``) score nothing either way.
+    Uniformly random letters score about -1.2 bits a letter, identifiers built of words about +1
+    (``departureAirportCode`` +23, ``XMLHttpRequestUpload`` +16).
+    """
+    words = [w for w in _WORD_SEPARATOR.split(token) if _mixed_case(w)]
+    letters = sum(map(len, words))
+    if letters < LETTER_SECRET_MIN_LETTERS:
+        return False
+    parts = [p for w in words for p in _CAMEL_PART.findall(w)]
+    if 4 * sum(len(p) for p in parts if len(p) <= 2) >= 3 * letters:
+        return True
+    bits = sum(_LOWER_RUN_BITS[min(len(r), 6)] for w in words for r in _LOWER_RUN.findall(w))
+    for part in parts:
+        if not part.isupper():
+            low = part.lower()
+            bits += sum(_BIGRAM_BITS[low[i : i + 2]] for i in range(len(low) - 1))
+    return bits <= LETTER_SECRET_MAX_BITS
+
+
+def letter_secret_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of ``text`` that :func:`letter_secret` reads as random letter tokens."""
+    spans = []
+    for m in _LETTER_RUN.finditer(text):
+        start, end = m.span()
+        if text[start - 1 : start].isdigit() or text[end : end + 1].isdigit():
+            continue  # glued to a digit: the id rule takes the whole token
+        while start < end and text[start] in "_-":
+            start += 1
+        while end > start and text[end - 1] in "_-":
+            end -= 1
+        if end - start >= LETTER_SECRET_MIN_LETTERS and letter_secret(text[start:end]):
+            spans.append((start, end))
+    return spans
+
+
 def _whole_token(text: str, start: int, end: int) -> tuple[int, int]:
     """A secret's span widened to the whole token it sits in: a detector that reports a part (a JWT's
     ``header.payload.`` without its signature) must not leave the rest behind."""
@@ -127,6 +227,7 @@ def _detected_secrets(text: str) -> Iterable[tuple[int, int]]:
         yield m.start(), m.end()
     for m in _JWT.finditer(text):
         yield m.start(), m.end()
+    yield from letter_secret_spans(text)
     for offset, line in _pieces(text):
         if not _LONG_ENOUGH.search(line):  # only values of six or more characters are taken (below)
             continue

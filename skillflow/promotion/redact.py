@@ -106,13 +106,14 @@ def _words(identifier: str) -> list[str]:
 
 def safe_key(key: Any, names: Iterable[str] = ()) -> str:
     """A key as it may be shown: a structural name (tool or parameter name) as is; otherwise a short plain
-    identifier (at most three letter-only words, 32 characters, no instruction-like text); else ``<key>``."""
+    identifier (at most three letter-only words, 32 characters, no instruction-like text, no value a detector
+    finds: ``sk_AAAA…``, ``XkcdQwrtzPlmnbvcxz``); else ``<key>``."""
     text = str(key)
     if text in names:
         return text
     words = _words(text)
     plain = re.fullmatch(r"[A-Za-z][A-Za-z_]*", text) is not None and not text.isupper()
-    if not plain or len(text) > MAX_KEY_CHARS or not 0 < len(words) <= MAX_KEY_WORDS:
+    if not plain or len(text) > MAX_KEY_CHARS or not 0 < len(words) <= MAX_KEY_WORDS or not detectors.name_ok(text):
         return "<key>"
     return "<key>" if hijack_findings(" ".join(words)) else text
 
@@ -142,8 +143,8 @@ def structure_of(value: Any, depth: int = 0, names: frozenset[str] = frozenset()
 
 def safe_error_class(cls: Any) -> str:
     """An error class as it may be shown: ``Prefix:kind`` with ``kind`` from the closed vocabulary
-    (``canonical.ERROR_KINDS``), or an exception-like identifier of at most four plain words; else
-    ``ToolError``. Never the free text a tool or a corpus put there."""
+    (``canonical.ERROR_KINDS``), or an exception-like identifier of at most four plain words in which no
+    detector finds a value; else ``ToolError``. Never the free text a tool or a corpus put there."""
     text = str(cls or "").strip()
     prefix, _, kind = text.partition(":")
     if kind:
@@ -152,6 +153,8 @@ def safe_error_class(cls: Any) -> str:
     text = text.rsplit(".", 1)[-1]
     words = _words(text)
     if not re.fullmatch(r"[A-Za-z][A-Za-z_]{0,39}", text) or not 0 < len(words) <= MAX_ERROR_CLASS_WORDS:
+        return "ToolError"
+    if not detectors.name_ok(text):  # a secret spelled as an identifier (``sk_AAAA…``, random letters)
         return "ToolError"
     return "ToolError" if hijack_findings(" ".join(words)) else text
 

@@ -186,6 +186,9 @@ ADVERSARIAL = {
     "superscripts": "⁴" * 100_000,
     "zero-width digits": "1\u200b" * 50_000,
     "letter-digit words": "a1 " * 33_000,
+    "mixed-case letter words": "QwErTyUiOpAsDfGhJkLz " * 4_800,
+    "camel-case words": "departureAirportCode " * 4_800,
+    "underscored mixed-case words": "QwEr_TyUi-OpAs_DfGh " * 4_800,
 }
 
 
