@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Literal
+from uuid import uuid4
 
 import pydantic
 from prefect import flow, get_run_logger
@@ -78,6 +79,15 @@ class ActivationReviewParams(BaseModel):
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
 
 
+def pause_key(evidence: ReviewEvidence) -> str:
+    """A key no earlier pause of this flow run used. Prefect's default key numbers an attempt's pauses ("1", "2",
+    …), and a retry that keeps the run's fired pauses (``prefect flow-run retry``) is handed what an earlier
+    attempt's pause of the same number stored instead of pausing: an answer about the revision that attempt showed
+    (applied to whatever revision this one loaded), or nothing when it timed out, which fails the run. A fresh key
+    asks the reviewer about what this attempt shows, however the run is retried (docs/RELIABILITY.md)."""
+    return f"review-r{evidence.revision}-{uuid4().hex[:12]}"
+
+
 def _not_awaiting(evidence: ReviewEvidence, reasons: list[str], decision: str = "none") -> ReviewOutcome:
     return ReviewOutcome(
         skill_id=evidence.skill_id, decision=decision, applied=False, status=evidence.status,
@@ -93,9 +103,9 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
     run_id = flow_run_id()
     for round_ in range(MAX_EDIT_ROUNDS + 1):
         evidence = load_review(params.database_url, params.skill_id, config)
-        if round_ == 0 and (done := load_decision(params.database_url, params.skill_id, run_id)) is not None:
+        if round_ == 0 and (done := load_decision(params.database_url, params.skill_id, run_id, config)) is not None:
             # A retry of this run after its decision committed: not asked again; its event is sent again under
-            # the same id (docs/RELIABILITY.md).
+            # the same id, and the tenant's rule refit if the crash came before it (docs/RELIABILITY.md).
             logger.info("decision %s on skill %s already applied by this flow run", done.decision, done.skill_id)
             emit_review(done, evidence.agent_id, evidence.user_id)
             return done
@@ -109,6 +119,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
                 wait_for_input=review_form(evidence, url),
                 timeout=params.timeout_seconds,
                 poll_interval=params.poll_interval_seconds,
+                key=pause_key(evidence),
             )
         except FlowPauseTimeout:
             record_timeout(params.database_url, params.skill_id, run_id)

@@ -90,9 +90,12 @@ def apply_decision(
 
 
 @stage(run_name="load-decision-{skill_id}")
-def load_decision(database_url: str | None, skill_id: str, flow_run_id: str | None) -> ReviewOutcome | None:
-    """The decision an earlier attempt of this flow run applied (a retry after a crash), if any."""
-    return decision_of_run(engine_for(database_url), skill_id, flow_run_id)
+def load_decision(
+    database_url: str | None, skill_id: str, flow_run_id: str | None, config: PromotionConfig | None = None
+) -> ReviewOutcome | None:
+    """The decision an earlier attempt of this flow run applied (a retry after a crash), if any; a transition's
+    rule refit is finished (``decision_of_run``)."""
+    return decision_of_run(engine_for(database_url), skill_id, flow_run_id, config)
 
 
 @stage(run_name="review-timeout-{skill_id}")

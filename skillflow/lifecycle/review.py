@@ -23,6 +23,7 @@ from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, mis
 from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.lifecycle.revisions import EditRefused, current_revision, edit_skill
 from skillflow.promotion.redact import clean_reason
+from skillflow.promotion.refit import refresh_rule
 from skillflow.storage.aggregate import aggregate_classes
 from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import InvalidTransition, entered, get_skill, last_retired, record_event
@@ -176,13 +177,18 @@ def apply_review_decision(
     )
 
 
-def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> ReviewOutcome | None:
+def decision_of_run(
+    engine: Engine, skill_id: str, flow_run_id: str | None, config: PromotionConfig | None = None
+) -> ReviewOutcome | None:
     """The outcome of the decision this review flow run already applied to the skill (None: it applied none).
 
     Read back from the lifecycle log, which the decision wrote in its own transaction (``details.review``: an
     activation, a rejection, kept in shadow, or the review's timeout; an edit is not a decision, the review goes
     on). A retry of a run killed after that commit returns it instead of asking the reviewer again, and the flow
-    emits its event again (docs/RELIABILITY.md).
+    emits its event again (docs/RELIABILITY.md). For an activation or a rejection the tenant's applicability rule
+    is refit when it no longer matches the live skills (``refresh_rule``, a no-op when it does): the decision
+    refits after its commit, so a run killed in between left the stale rule, which injects none of the tenant's
+    skills, and a retry that only read the decision back never refit it.
     """
     if not flow_run_id:
         return None
@@ -200,6 +206,8 @@ def decision_of_run(engine: Engine, skill_id: str, flow_run_id: str | None) -> R
         revision = current_revision(conn, skill_id)
     timed_out = decided.event == "review_timeout"
     decision = str(decided.details.get("decision") or decided.event)
+    if decision in TRANSITIONS:
+        refresh_rule(engine, skill.agent_id, skill.user_id, config=config)  # never raises
     return ReviewOutcome(
         skill_id=skill_id,
         decision=decision,

@@ -19,7 +19,19 @@ is killed with SIGKILL at ``POINT``:
   the vectors not, in the edit's transaction), ``committed`` (the edit committed, nothing after it);
 * ``review`` — the ``activation-review`` flow for skill ``ARG`` (a flow run on the Prefect API the environment
   names, paused until the test resumes it with a decision): ``event`` (the decision applied and committed, its
-  Prefect event not emitted yet).
+  Prefect event not emitted yet);
+* ``review-run`` — the flow run ``ARG`` of the ``activation-review`` deployment, run as Prefect's engine runs a
+  deployment's flow run (``prefect.engine``: the run read from the API, ``run_flow`` under
+  ``handle_engine_signals``), so that a retry of it is a deployment's retry. The points of the timeout path
+  (nobody answers before the pause times out): ``timeout-open`` (the ``review_timeout`` row written, its
+  transaction not committed), ``timeout-committed`` (that row committed, the flow not returned); of the edit
+  path (the first answer an ``edit``, the second an activation of the edited revision): ``edit-open`` (the
+  revision and its event written, the vectors not, in the edit's transaction), ``edit-committed`` (the edit
+  committed, the task not returned), ``edit-event`` (the edit's outcome back in the flow, before its
+  ``emit_review``, which sends nothing for an edit), ``activate-open`` (the activation's transition and its review
+  mark written, not committed), ``activate-committed`` (the activation committed, the tenant's applicability
+  rule not yet refit), ``activate-event`` (the activation applied, its Prefect event not emitted yet); and
+  ``event`` as for ``review``; ``none`` arms nothing (the test kills the process while the run is paused).
 """
 
 from __future__ import annotations
@@ -77,6 +89,47 @@ def review_params(url: str, skill_id: str) -> Any:
     )  # fmt: skip
 
 
+def kill_review_at(point: str) -> None:
+    """Arm the review flow's kill ``point`` (``review-run`` in the module's docstring)."""
+    from flows import activation_review as flow
+    from skillflow.lifecycle import decisions, review
+    from tasks import review as review_tasks
+
+    if point == "timeout-open":
+        review.record_event = after(review.record_event, 1)  # type: ignore[attr-defined]
+    elif point == "timeout-committed":
+        review_tasks.log_review_event = after(review_tasks.log_review_event, 1)  # type: ignore[attr-defined]
+    elif point == "edit-open":
+        retrieval.write_skill_vectors = before(retrieval.write_skill_vectors, 1)  # type: ignore[assignment]
+    elif point == "edit-committed":
+        review.edit_skill = after(review.edit_skill, 1)  # type: ignore[attr-defined]
+    elif point == "edit-event":
+        flow.emit_review = before(flow.emit_review, 1)  # type: ignore[attr-defined]
+    elif point == "activate-open":
+        decisions._mark = after(decisions._mark, 1)  # type: ignore[attr-defined]
+    elif point == "activate-committed":
+        decisions.refresh_rule = before(decisions.refresh_rule, 1)  # type: ignore[attr-defined]
+    elif point == "activate-event":
+        flow.emit_review = before(flow.emit_review, 2)  # type: ignore[attr-defined]  # the edit's is the 1st
+    elif point == "event":
+        flow.emit_review = before(flow.emit_review, 1)  # type: ignore[attr-defined]
+    elif point != "none":  # none: the test kills the process itself (while the run is paused)
+        raise SystemExit(f"unknown review point {point!r}")
+
+
+def run_deployment_flow_run(flow_run_id: str) -> None:
+    """What ``python -m prefect.engine`` does with a deployment's flow run (with the flow already imported)."""
+    from uuid import UUID
+
+    from prefect.engine import handle_engine_signals
+    from prefect.flow_engine import load_flow_run, run_flow
+
+    from flows.activation_review import activation_review
+
+    with handle_engine_signals(UUID(flow_run_id)):
+        run_flow(activation_review, flow_run=load_flow_run(UUID(flow_run_id)))
+
+
 def main(url: str, operation: str, point: str, arg: str = "") -> None:
     cfg = config(require_shadow=True)
     if operation == "backfill":
@@ -109,6 +162,9 @@ def main(url: str, operation: str, point: str, arg: str = "") -> None:
 
         flow.emit_review = before(flow.emit_review, 1)  # type: ignore[attr-defined]
         flow.activation_review(review_params(url, arg))
+    elif operation == "review-run":
+        kill_review_at(point)
+        run_deployment_flow_run(arg)
     else:
         raise SystemExit(f"unknown operation {operation!r}")
     raise SystemExit(3)  # not reached: the point killed us
