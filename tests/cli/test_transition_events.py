@@ -206,47 +206,8 @@ def test_a_demote_of_a_skill_drift_demoted_sends_drifts_event_again(
     assert key == events.drift_demotion_id(skill.id, drift_run)
 
 
-@pytest.mark.usefixtures("offline_providers")
-def test_a_rollback_repeated_to_the_active_version_sends_its_event_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Regression: a ``rollback`` repeated to the version already ACTIVE sent nothing (its payload named the
-    replaced version, which a repeat no longer knew), so a rollback event lost once was lost for good. Now the
-    repeat sends the same event — id of the rollback's lifecycle row, payload read from that row."""
-    from datetime import timedelta
-
-    from skillflow.kernel.models import utcnow
-    from skillflow.lifecycle.decisions import demote_skill
-
-    url = f"sqlite:///{tmp_path / 'rollback.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)  # no shadow: each version lands ACTIVE
-    for i in range(6):
-        record_cancel(sf, "u1", i)
-    [first] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
-    demote_skill(engine, first, "drift: rolling 0.40 vs baseline 1.00", actor="test")
-    for i in range(10, 16):
-        record_cancel(sf, "u1", i, when=utcnow() + timedelta(seconds=i))
-    [second] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
-    engine.dispose()
-
-    sent = decisions_sent(monkeypatch)
-    for _ in range(2):
-        result = CliRunner().invoke(app, ["rollback", second, "--to", "1", "--reason", "v2 regressed", "--db", url])
-        assert result.exit_code == 0, result.output
-    [row] = lifecycle_rows(url, [first], ["rolled_back"])
-    payload = {"decision": "rollback", "version": 1, "replaced": second, "replaced_status": "demoted"}
-    assert sent == [("skillflow.skill.rolled_back", first, payload, lifecycle_event_id(row))] * 2
-
-
-@pytest.mark.usefixtures("offline_providers")
-def test_a_demote_of_the_version_a_rollback_replaced_sends_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Regression: a rollback demotes the version it replaces and sends ``rolled_back`` only (the class stays
-    covered); a later ``demote`` of that version found the rollback's demotion row and sent a ``demoted`` event
-    that was never sent, which starts the re-qualification automation. Now it sends nothing."""
+def two_versions(tmp_path: Path) -> tuple[str, str, str]:
+    """A tenant whose v1 was demoted and whose v2 is ACTIVE (no shadow: each version lands ACTIVE): (url, v1, v2)."""
     from datetime import timedelta
 
     from skillflow.kernel.models import utcnow
@@ -264,6 +225,35 @@ def test_a_demote_of_the_version_a_rollback_replaced_sends_nothing(
         record_cancel(sf, "u1", i, when=utcnow() + timedelta(seconds=i))
     [second] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
     engine.dispose()
+    return url, first, second
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_rollback_repeated_to_the_active_version_sends_its_event_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a ``rollback`` repeated to the version already ACTIVE sent nothing (its payload named the
+    replaced version, which a repeat no longer knew), so a rollback event lost once was lost for good. Now the
+    repeat sends the same event — id of the rollback's lifecycle row, payload read from that row."""
+    url, first, second = two_versions(tmp_path)
+
+    sent = decisions_sent(monkeypatch)
+    for _ in range(2):
+        result = CliRunner().invoke(app, ["rollback", second, "--to", "1", "--reason", "v2 regressed", "--db", url])
+        assert result.exit_code == 0, result.output
+    [row] = lifecycle_rows(url, [first], ["rolled_back"])
+    payload = {"decision": "rollback", "version": 1, "replaced": second, "replaced_status": "demoted"}
+    assert sent == [("skillflow.skill.rolled_back", first, payload, lifecycle_event_id(row))] * 2
+
+
+@pytest.mark.usefixtures("offline_providers")
+def test_a_demote_of_the_version_a_rollback_replaced_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a rollback demotes the version it replaces and sends ``rolled_back`` only (the class stays
+    covered); a later ``demote`` of that version found the rollback's demotion row and sent a ``demoted`` event
+    that was never sent, which starts the re-qualification automation. Now it sends nothing."""
+    url, _, second = two_versions(tmp_path)
     result = CliRunner().invoke(app, ["rollback", second, "--to", "1", "--reason", "v2 regressed", "--db", url])
     assert result.exit_code == 0, result.output
 

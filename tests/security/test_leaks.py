@@ -27,7 +27,7 @@ from skillflow.promotion.redact import clean_reason, redact_query, redacted_evid
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import skillbox
 from tests.support.fake_llm_server import FakeLLMServer, Reply
-from tests.support.llm import T0, cancel_evidence, llm_settings
+from tests.support.llm import T0, cancel_evidence, evidence_with_key, llm_settings
 from tests.support.promotion import config
 
 pytestmark = pytest.mark.usefixtures("offline_providers")
@@ -93,19 +93,9 @@ def test_trigger_queries_refuse_hidden_characters(sqlite_engine: Engine) -> None
 
 
 # D3. a secret used as an argument key ------------------------------------------------------------
-def _evidence_with_key(key: str) -> Any:
-    ev = cancel_evidence()
-    runs = []
-    for run in ev.successes:
-        steps = [dict(s) for s in run.steps]
-        steps[-1] = {**steps[-1], "arguments": {**steps[-1].get("arguments", {}), key: "yes"}}
-        runs.append(EvidenceRun(run.id, run.query, steps, run.outcome, run.created_at))
-    return cancel_evidence(successes=runs)
-
-
 @pytest.mark.parametrize("key", SECRET_KEYS)
 def test_secret_shaped_argument_key_is_not_a_parameter_name(key: str) -> None:
-    ev = _evidence_with_key(key)
+    ev = evidence_with_key(key)
     names = structural_names(ev)
     assert key not in names
     assert safe_key(key, names) == "<key>"

@@ -43,7 +43,7 @@ from skillflow.storage.schema import skillbox
 from tests.conftest import CORPORA
 from tests.security.test_property import CONTEXTS, letter_tokens
 from tests.support.fake_llm_server import FakeLLMServer, Reply
-from tests.support.llm import cancel_evidence, llm_settings
+from tests.support.llm import cancel_evidence, evidence_with_key, llm_settings
 from tests.support.promotion import config
 
 # The miss docs/SECURITY.md named, the same with two more letters, and a random token of three camel "words"
@@ -100,22 +100,12 @@ def test_the_named_value_is_redacted_whole(query: str) -> None:
     assert "QwErTy" not in out and "<secret>" in out, out
 
 
-def _evidence_with_key(key: str) -> Any:
-    ev = cancel_evidence()
-    runs = []
-    for run in ev.successes:
-        steps = [dict(s) for s in run.steps]
-        steps[-1] = {**steps[-1], "arguments": {**steps[-1].get("arguments", {}), key: "yes"}}
-        runs.append(EvidenceRun(run.id, run.query, steps, run.outcome, run.created_at))
-    return cancel_evidence(successes=runs)
-
-
 @settings(deadline=None)
 @given(key=letter_tokens())
 @example(key="QwErTyUiOpAsDfGhJk")  # docs/SECURITY.md's miss: it counted as a parameter name
 @example(key="XkcdQwrtzPlmnbvcxz")
 def test_a_letter_secret_as_an_argument_key_is_not_a_parameter_name(key: str) -> None:
-    ev = _evidence_with_key(key)
+    ev = evidence_with_key(key)
     names = structural_names(ev)
     assert key not in names
     assert not detectors.name_ok(key)

@@ -181,3 +181,14 @@ def llm_settings(server: Any) -> Settings:
         llm_max_retries=0,
         llm_timeout_seconds=10,
     )
+
+
+def evidence_with_key(key: str) -> Evidence:
+    """:func:`cancel_evidence` whose successful runs' last call also carries the argument ``key`` (a key the
+    agent's model may have made up: an attacker's, or a secret)."""
+    runs = []
+    for run in cancel_evidence().successes:
+        steps = [dict(s) for s in run.steps]
+        steps[-1] = {**steps[-1], "arguments": {**steps[-1].get("arguments", {}), key: "yes"}}
+        runs.append(EvidenceRun(run.id, run.query, steps, run.outcome, run.created_at))
+    return cancel_evidence(successes=runs)
