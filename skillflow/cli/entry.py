@@ -32,6 +32,9 @@ def agent_only(argv: list[str], missing: str) -> int:
         description=f"This install has no pipeline (no module {missing!r}): only `skillflow migrate` runs here. "
         f"The whole CLI: {EXTRA}.",
     )
+    parser.add_argument(
+        "--debug", action="store_true", help="Show the traceback of a failure (also SKILLFLOW_DEBUG=1)."
+    )
     sub = parser.add_subparsers(dest="command", metavar="migrate")
     mig = sub.add_parser(
         "migrate", help="Apply pending schema migrations (recorded in schema_migrations; safe to re-run)."
@@ -39,8 +42,9 @@ def agent_only(argv: list[str], missing: str) -> int:
     mig.add_argument("--db", default=None, help="Database URL (default: $SKILLFLOW_DATABASE_URL).")
     mig.add_argument("--json", dest="json_out", action="store_true", help="Print JSON.")
     mig.add_argument("--print-oracle", action="store_true", help="Print the Oracle scripts and touch no database.")
-    if argv and not argv[0].startswith("-") and argv[0] != "migrate":
-        return _error(f"`skillflow {argv[0]}` needs the pipeline extra (no module {missing!r}): {EXTRA}; "
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command is not None and command != "migrate":
+        return _error(f"`skillflow {command}` needs the pipeline extra (no module {missing!r}): {EXTRA}; "
                       "this install runs `skillflow migrate` only")  # fmt: skip
     args = parser.parse_args(argv)
     if args.command != "migrate":
@@ -50,9 +54,10 @@ def agent_only(argv: list[str], missing: str) -> int:
         return _migrate(args.db, args.json_out, args.print_oracle)
     except Exception as exc:  # an expected failure is one line, a bug keeps its traceback
         from skillflow.cli.errors import explain
+        from skillflow.kernel.config import Settings
 
         error = explain(exc)
-        if error is None:
+        if error is None or args.debug or Settings().debug:
             raise
         return _error(error.message, error.code)
 

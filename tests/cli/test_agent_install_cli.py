@@ -88,3 +88,11 @@ def test_with_the_pipeline_the_console_script_is_the_whole_cli() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and "demo" in done.stdout and "activate" in done.stdout
+
+
+def test_debug_shows_the_traceback_without_the_pipeline(tmp_path: Path) -> None:
+    """``--debug`` (as the whole CLI's) keeps the traceback of a failure; a command it cannot run stays one line."""
+    done = _skillflow("--debug", "migrate", "--db", str(tmp_path / "x.db"), cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" in done.stderr, done.stderr
+    done = _skillflow("--debug", "cycle", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "`skillflow cycle`" in done.stderr
