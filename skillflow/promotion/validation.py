@@ -79,6 +79,15 @@ def prompt_versions() -> frozenset[str]:
     )
 
 
+def later_prompt_version(value: str) -> bool:
+    """Whether ``value`` is another version (1–99) of a prompt this pipeline has (``distill-v7``): what a skill
+    exported by a newer release carries. The name is one of the shipped ones and the number at most two digits,
+    so the format leaves no room for an identifier, a word or an instruction (docs/SECURITY.md)."""
+    names = {v.rsplit("-v", 1)[0] for v in prompt_versions()}
+    name, sep, number = value.rpartition("-v")
+    return bool(sep) and name in names and re.fullmatch(r"[1-9][0-9]?", number) is not None
+
+
 MAX_JUDGE_REASON_CHARS = 300
 
 
@@ -211,7 +220,7 @@ def stamped(key: str, value: str, canonical_hash: str | None = None) -> bool:
     if key == "canonical-hash" and canonical_hash and value == canonical_hash:
         return True
     if key == "prompt-version":
-        return value in prompt_versions()
+        return value in prompt_versions() or later_prompt_version(value)
     fmt = _PROVENANCE_FORMAT.get(key)
     if fmt is None or not fmt.fullmatch(value):
         return False

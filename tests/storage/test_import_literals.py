@@ -86,3 +86,29 @@ def test_import_refuses_email_url_and_phone_literals_and_stores_nothing(engine: 
     assert ok.decision == "imported", ok.reasons
     with engine.connect() as conn:
         assert [s.status for s in list_skills(conn, AGENT, "u4")] == ["shadow"]
+
+
+def test_a_later_releases_prompt_version_imports_and_look_alikes_do_not(engine: Engine, tmp_path: Path) -> None:
+    """Regression: a skill exported by a release that ships a newer prompt (``prompt-version: distill-v7``) was
+    refused on import — an unknown version was read as model text, and its digit as a literal. A version of a
+    prompt this pipeline has, numbered 1–99, is stamped now; anything else in that field still reads as text."""
+    content = hand_written(engine)
+    assert 'prompt-version: "offline-v1"' in content
+    later, odd = tmp_path / "later", tmp_path / "odd"
+    for version in ("distill-v7", "judge-v12", "offline-v2"):
+        write(
+            later / version / "hand-cancel",
+            content.replace('prompt-version: "offline-v1"', f'prompt-version: "{version}"'),
+        )
+    for i, version in enumerate(("distill-v123", "distill-vCUST88213ZK", "CUST88213ZK-v1", "distill-v7-CUST88213ZK",
+                                 "distillx-v7", "distill-v07")):  # fmt: skip
+        write(odd / f"odd-{i}", content.replace('prompt-version: "offline-v1"', f'prompt-version: "{version}"'))
+    config = agent(engine).config
+    assert config is not None
+    for version in ("distill-v7", "judge-v12", "offline-v2"):  # one tenant each: one live skill per name
+        [result] = import_skills(engine, later / version, AGENT, f"u4-{version}", actor="alice", config=config)
+        assert result.decision == "imported", (version, result.reasons)
+    refused = import_skills(engine, odd, AGENT, "u5", actor="alice", config=config)
+    assert [r.decision for r in refused] == ["refused"] * 6, [r.reasons for r in refused]
+    assert all(any("literal" in reason for reason in r.reasons) for r in refused), [r.reasons for r in refused]
+    assert skill_rows(engine, "u5") == (0, 0)
