@@ -17,7 +17,14 @@ from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
 from tasks.common import flow_run_id, run_name
 from tasks.events import emit_review
-from tasks.review import apply_decision, load_decision, load_review, publish_review, record_timeout
+from tasks.review import (
+    apply_decision,
+    leave_expired_pause,
+    load_decision,
+    load_review,
+    publish_review,
+    record_timeout,
+)
 
 AWAITING_REVIEW = ("shadow", "candidate")
 MAX_EDIT_ROUNDS = 5
@@ -123,6 +130,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
             )
         except FlowPauseTimeout:
             record_timeout(params.database_url, params.skill_id, run_id)
+            leave_expired_pause(run_id)  # else Prefect fails the run when it completes
             logger.info("review of skill %s timed out: it stays in shadow", evidence.skill_id)
             return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
         outcome = apply_decision(

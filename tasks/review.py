@@ -102,3 +102,26 @@ def load_decision(
 def record_timeout(database_url: str | None, skill_id: str, flow_run_id: str | None) -> None:
     """A review nobody answered: the skill stays in shadow; the audit log says so."""
     log_review_event(engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow")
+
+
+def leave_expired_pause(flow_run_id: str | None) -> None:
+    """Put this flow run back to Running after its pause timed out, so it completes with its outcome.
+
+    A pause that times out in the flow's process leaves the run Paused on the server, which then fails the run
+    when it completes ("The flow was completed and never resumed"): every unanswered review would end Failed
+    and fire alerts on failed runs, though keeping the skill in shadow is the review's designed outcome
+    (docs/guide/lifecycle.md). Forced, as Prefect's rules refuse to leave an expired pause; never raises: at
+    worst the run ends Failed as before.
+    """
+    if not flow_run_id:
+        return
+    try:
+        from prefect import get_client
+        from prefect.states import Running
+
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(
+                UUID(flow_run_id), Running(message="review timed out: kept in shadow"), force=True
+            )
+    except Exception as exc:  # noqa: BLE001 - the outcome is recorded; only the run's final state is at stake
+        get_run_logger().warning("could not leave the expired pause: %s", type(exc).__name__)

@@ -122,10 +122,20 @@ def test_review_flow_pauses_and_applies_the_decision(prefect_harness: None, db_u
 
 
 def test_review_timeout_keeps_shadow(prefect_harness: None, sqlite_engine: Engine) -> None:
+    """A review nobody answered keeps the skill in shadow, and its run ends Completed with that outcome.
+
+    Regression: the run ended Failed on the server (Prefect fails a run that completes while its expired pause is
+    still its state: "The flow was completed and never resumed"), so every unanswered review fired an alert on
+    failed runs."""
+    from prefect import get_client
+
     db_url = str(sqlite_engine.url)
     skill = _skill(sqlite_engine)
     outcome = _review(db_url, skill.id, None, timeout=2)
     assert outcome.decision == "keep_shadow" and outcome.applied is False and outcome.reasons == ["review timed out"]
+    with get_client(sync_client=True) as client:
+        [run] = [r for r in client.read_flow_runs() if r.parameters.get("params", {}).get("skill_id") == skill.id]
+    assert run.state is not None and run.state.type.value == "COMPLETED", (run.state.type, run.state.message)
     with sqlite_engine.connect() as conn:
         assert get_skill(conn, skill.id).status == "shadow"
         events = conn.execute(select(skill_events.c.event).where(skill_events.c.skill_id == skill.id)).scalars().all()
