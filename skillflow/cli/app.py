@@ -84,9 +84,7 @@ AgentOption = Annotated[str | None, typer.Option("--agent-id", help="Only this a
 UserOption = Annotated[str | None, typer.Option("--user-id", help="Only this user.")]
 
 
-def database_url(db: str | None) -> str:
-    """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked (:func:`skillflow.cli.errors.checked_database_url`)."""
-    return checked_database_url(db)
+database_url = checked_database_url  # ``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: one-line error
 
 
 def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig:

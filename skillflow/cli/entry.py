@@ -51,7 +51,7 @@ def agent_only(argv: list[str], missing: str) -> int:
         parser.print_help()
         return 0
     try:
-        return _migrate(args.db, args.json_out, args.print_oracle)
+        return run_migrate(args.db, args.json_out, args.print_oracle)
     except Exception as exc:  # an expected failure is one line, a bug keeps its traceback
         from skillflow.cli.errors import explain
         from skillflow.kernel.config import Settings
@@ -62,16 +62,21 @@ def agent_only(argv: list[str], missing: str) -> int:
         return _error(error.message, error.code)
 
 
-def _migrate(db: str | None, json_out: bool, print_oracle: bool) -> int:
-    """What ``skillflow migrate`` does (skillflow/cli/commands/migrate.py), printed plainly."""
+def run_migrate(db: str | None, json_out: bool, print_oracle: bool) -> int:
+    """``skillflow migrate``, for both front-ends (skillflow/cli/commands/migrate.py and :func:`agent_only`):
+    apply the pending migrations and list them, or print the Oracle scripts for a DBA and touch no database."""
     from sqlalchemy.engine import make_url
 
-    from skillflow.cli.errors import checked_database_url
+    from skillflow.cli.errors import CliError, checked_database_url
     from skillflow.storage.migrations import migrate_database
     from skillflow.storage.oracle_files import migration_files
 
     if print_oracle:
-        for path in migration_files():
+        try:
+            files = migration_files()
+        except FileNotFoundError as err:
+            raise CliError(str(err)) from err
+        for path in files:
             print(f"-- ===== {path.name} =====\n{path.read_text(encoding='utf-8').rstrip()}\n")
         return 0
     url = checked_database_url(db)
