@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from uuid import UUID
 
@@ -21,6 +22,8 @@ from skillflow.lifecycle.review import (
     render_markdown,
 )
 from tasks.common import engine_for, stage
+
+log = logging.getLogger("skillflow.review")  # also outside a flow run, where the run logger raises
 
 ACTOR = "flow:activation-review"
 
@@ -124,4 +127,4 @@ def leave_expired_pause(flow_run_id: str | None) -> None:
                 UUID(flow_run_id), Running(message="review timed out: kept in shadow"), force=True
             )
     except Exception as exc:  # noqa: BLE001 - the outcome is recorded; only the run's final state is at stake
-        get_run_logger().warning("could not leave the expired pause: %s", type(exc).__name__)
+        log.warning("could not leave the expired pause: %s", type(exc).__name__)

@@ -142,6 +142,15 @@ def test_review_timeout_keeps_shadow(prefect_harness: None, sqlite_engine: Engin
     assert "review_timeout" in events
 
 
+def test_leaving_an_expired_pause_never_raises(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: a failure to leave the pause was logged with the run logger, which itself raised outside a
+    flow run (``MissingContextError``): the review's outcome is recorded, so only a warning may come of it."""
+    from tasks.review import leave_expired_pause
+
+    leave_expired_pause("not-a-flow-run-id")
+    assert "could not leave the expired pause: ValueError" in caplog.text
+
+
 @pytest.mark.parametrize(
     ("decision", "status", "role"),
     [("activate_user", "active", "user"), ("reject", "rejected", "user"), ("keep_shadow", "shadow", "user")],
