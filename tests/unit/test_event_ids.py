@@ -12,11 +12,16 @@ from skillflow.promotion.report import PromotionReport
 from tasks import events
 
 
-def _sent(monkeypatch: pytest.MonkeyPatch, report: PromotionReport) -> list[tuple[Any, ...]]:
+def _captured(monkeypatch: pytest.MonkeyPatch, send: Any) -> list[tuple[Any, ...]]:
+    """The arguments of every ``emit`` that ``send()`` makes (event, resource, labels, payload, id)."""
     sent: list[tuple[Any, ...]] = []
     monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
-    events.emit_promotion([report])
+    send()
     return sent
+
+
+def _sent(monkeypatch: pytest.MonkeyPatch, report: PromotionReport) -> list[tuple[Any, ...]]:
+    return _captured(monkeypatch, lambda: events.emit_promotion([report]))
 
 
 def _report(cycle: int = 3, flow_run_id: str = "run-1", **kw: Any) -> PromotionReport:
@@ -49,11 +54,8 @@ def test_drift_demotions_are_keyed_by_skill_and_drift_run(monkeypatch: pytest.Mo
     class Drift:
         skill_id, agent_id, user_id, version = "s9", "acme", "bob", 2
 
-    sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
-    events.emit_demotions([Drift()], False, "drift-1")
-    events.emit_demotions([Drift()], False, "drift-1")
-    events.emit_demotions([Drift()], False, "drift-2")
+    sent = _captured(monkeypatch, lambda: [events.emit_demotions([Drift()], False, r) for r in ("drift-1",) * 2])
+    sent += _captured(monkeypatch, lambda: events.emit_demotions([Drift()], False, "drift-2"))
     want = [events.stable_id(events.DEMOTED, "s9", run) for run in ("drift-1", "drift-1", "drift-2")]
     assert [a[4] for a in sent] == want
     assert sent[0][4] != sent[2][4]
@@ -61,10 +63,7 @@ def test_drift_demotions_are_keyed_by_skill_and_drift_run(monkeypatch: pytest.Mo
 
 
 def _keys(monkeypatch: pytest.MonkeyPatch, send: Any) -> list[Any]:
-    sent: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
-    send()
-    return [a[4] for a in sent]
+    return [a[4] for a in _captured(monkeypatch, send)]
 
 
 def test_a_blocking_quality_report_is_one_event_per_report(monkeypatch: pytest.MonkeyPatch) -> None:
