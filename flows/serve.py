@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
@@ -145,25 +147,97 @@ def build_deployments(database_url: str | None = None) -> list[Any]:
     ]
 
 
+# A source with a URL scheme, an scp-like ``user@host:path`` or a ``.git`` ending is a git repository; any other
+# value is the directory every worker machine holds this project at.
+_GIT_URL = re.compile(r"^(?:[a-z][a-z0-9+.-]*://|[\w.-]+@[\w.-]+:)|\.git/?$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CodeSource:
+    """Where a worker finds the flows' code for each run: a directory it holds, or a git repository it clones.
+
+    ``location`` is what the deployment records (the UI shows it): a directory path, or a repository URL, which
+    must not carry credentials (give workers an SSH key or a credential helper instead).
+    """
+
+    location: str
+    git: bool = False
+    branch: str | None = None
+    commit: str | None = None
+
+    @classmethod
+    def parse(cls, source: str | None = None, branch: str | None = None, commit: str | None = None) -> CodeSource:
+        """``source``: None (this project directory), an absolute directory, or a git URL; ValueError names the fix."""
+        if source is None or not source.strip():
+            if branch or commit:
+                raise ValueError("--branch and --commit need a git repository as --source")
+            return cls(str(PROJECT_ROOT))
+        source = source.strip()
+        if not _GIT_URL.search(source):
+            if branch or commit:
+                raise ValueError(f"--branch and --commit need a git repository as --source, not {source!r}")
+            if not Path(source).is_absolute():
+                raise ValueError(f"--source {source!r}: a directory on the workers must be an absolute path")
+            return cls(source)
+        if branch and commit:
+            raise ValueError("give --branch or --commit, not both")
+        if branch is not None and (not branch.strip() or branch.startswith("-")):
+            raise ValueError(f"--branch {branch!r} is not a branch name")
+        if commit is not None and not re.fullmatch(r"[0-9a-fA-F]{7,40}", commit):
+            raise ValueError(f"--commit {commit!r} is not a commit SHA (7 to 40 hex digits)")
+        parsed = urlsplit(source) if "://" in source else None
+        if parsed is not None and (parsed.password or (parsed.username and parsed.scheme in ("http", "https"))):
+            raise ValueError(
+                "--source carries credentials: the deployment (and the UI) would show them; "
+                "give the workers an SSH key or a git credential helper instead"
+            )
+        return cls(source, git=True, branch=branch, commit=commit)
+
+    def storage(self, local: Path = PROJECT_ROOT) -> Any:
+        """The Prefect storage ``from_source`` takes: it loads the flows at deploy time and writes the pull step."""
+        from prefect.runner.storage import GitRepository, LocalStorage
+
+        if self.git:
+            return GitRepository(url=self.location, branch=self.branch, commit_sha=self.commit, pull_interval=None)
+        worker_directory = self.location
+
+        class WorkerCheckout(LocalStorage):
+            """The flows are loaded from this checkout; each run changes into the workers' own."""
+
+            def to_pull_step(self) -> dict[str, Any]:
+                return {"prefect.deployments.steps.set_working_directory": {"directory": worker_directory}}
+
+        return WorkerCheckout(path=str(local))
+
+    def describe(self) -> str:
+        if not self.git:
+            return f"the directory {self.location} on every worker"
+        ref = f" at {self.commit}" if self.commit else f" (branch {self.branch})" if self.branch else ""
+        return f"a clone of {self.location}{ref} per run (workers need git)"
+
+
 def deploy_to_pool(
     pool: str,
     database_url: str | None = None,
     control_pool: str | None = None,
     env: dict[str, str] | None = None,
-    source: Path = PROJECT_ROOT,
+    source: CodeSource | None = None,
 ) -> list[str]:
-    """Register every deployment (children included) on work pools from local source; their full names.
+    """Register every deployment (children included) on work pools; their full names.
 
-    Workers run them with ``prefect worker start --pool NAME`` from the same project directory (the pull step
-    sets the working directory to ``source``). ``env`` becomes the runs' environment on top of the worker's.
+    Workers run them with ``prefect worker start --pool NAME``. Each run's pull step changes into ``source``'s
+    directory (by default this project's, so every worker needs it at the same path) or clones its git
+    repository (docs/guide/ops.md, "Where workers find the code"). ``env`` becomes the runs' environment on top
+    of the worker's.
     """
     from prefect import flow as prefect_flow
 
     url = database_url or Settings().database_url
     variables = {"env": {"SKILLFLOW_DATABASE_URL": url, **(env or {})}}
+    storage = (source or CodeSource.parse()).storage()
     names = []
     for spec in deployment_specs(url, children=True):
-        loaded: Any = prefect_flow.from_source(source=str(source), entrypoint=f"flows/{spec.stem}.py:{spec.stem}")
+        loaded: Any = prefect_flow.from_source(source=storage, entrypoint=f"flows/{spec.stem}.py:{spec.stem}")
         loaded.deploy(
             name=spec.name,
             work_pool_name=pool if spec.compute or not control_pool else control_pool,

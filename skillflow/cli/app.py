@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -125,6 +125,6 @@ def print_json(value: Any) -> None:
     typer.echo(json.dumps(json.loads(dumps(value)), indent=2, sort_keys=True))
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Stop with one error line on stderr (the error layer's format) and ``code``."""
     raise CliError(message, code)

@@ -128,11 +128,11 @@ class LocalFleet:
         env.update(extra)
         return env
 
-    def _spawn(self, cmd: list[str], env: dict[str, str], log: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, cmd: list[str], env: dict[str, str], log: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
         fh = (self.home / log).open("ab")
         self._logs.append(fh)
         return subprocess.Popen(
-            cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
 
     def __enter__(self) -> LocalFleet:
@@ -192,14 +192,17 @@ class LocalFleet:
             raise RuntimeError(f"skillflow {args[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
         return done.stdout
 
-    def start_workers(self, pool: str, n: int, limit: int | None = 1) -> None:
-        """``n`` process workers on ``pool`` (unique names; ``--limit`` flow runs at a time each), then wait."""
+    def start_workers(self, pool: str, n: int, limit: int | None = 1, cwd: Path | None = None) -> None:
+        """``n`` process workers on ``pool`` (unique names; ``--limit`` flow runs at a time each), then wait.
+
+        ``cwd``: the workers' working directory (default this process's), as on a machine of their own.
+        """
         first = sum(1 for w in self.workers if getattr(w, "pool", None) == pool)
         for i in range(first, first + n):
             cmd = [str(BIN / "prefect"), "worker", "start", "--pool", pool, "--name", f"{pool}-{i}"]
             cmd += ["--type", "process", "--install-policy", "never"] + (["--limit", str(limit)] if limit else [])
             env = self.process_env(PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="1")
-            proc = self._spawn(cmd, env, f"worker-{pool}-{i}.log")
+            proc = self._spawn(cmd, env, f"worker-{pool}-{i}.log", cwd)
             proc.pool = pool  # type: ignore[attr-defined]
             self.workers.append(proc)
         self._wait(lambda: self.online(pool) >= first + n, 60, f"{n} worker(s) on {pool}")

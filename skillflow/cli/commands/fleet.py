@@ -28,6 +28,16 @@ LimitOption = Annotated[
     int,
     typer.Option("--partition-limit", min=1, max=100_000, help="Partitions in flight across the fleet (global limit)."),
 ]
+SourceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--source",
+        help="Where workers find the code: the absolute directory of this project on every worker, or a git URL "
+        "each run clones (default: this project directory, at the same path on every worker).",
+    ),
+]
+BranchOption = Annotated[str | None, typer.Option("--branch", help="Branch of a git --source (default: its default).")]
+CommitOption = Annotated[str | None, typer.Option("--commit", help="Commit SHA of a git --source to pin.")]
 EnvOption = Annotated[
     list[str] | None,
     typer.Option("--env", help="KEY=VALUE for every run's environment (repeatable; no secrets: the UI shows them)."),
@@ -74,15 +84,22 @@ def deploy_cmd(
     control_pool: ControlPoolOption = None,
     partition_limit: LimitOption = 8,
     env: EnvOption = None,
+    source: SourceOption = None,
+    branch: BranchOption = None,
+    commit: CommitOption = None,
     automations: Annotated[bool, typer.Option(help="Also create the automations.")] = True,
     json: JsonOption = False,
 ) -> None:
     """Register every flow on a work pool ($PREFECT_API_URL) for `prefect worker start --pool NAME` machines."""
-    from flows.serve import deploy_to_pool
+    from flows.serve import CodeSource, deploy_to_pool
     from tasks.automations import install_automations
     from tasks.fanout import FleetSettings
 
     extra = _env(env)
+    try:
+        code = CodeSource.parse(source, branch, commit)
+    except ValueError as exc:
+        fail(str(exc))
     promotion_config()
     engine_for(db, migrate=True).dispose()  # the deploy step migrates; flow runs never do
     url = database_url(db)
@@ -90,12 +107,13 @@ def deploy_cmd(
     created = [p for p in {pool, control_pool or pool} if ensure_pool(p)]
     limit_name = FleetSettings().concurrency_limit
     ensure_limit(limit_name, partition_limit)
-    names = deploy_to_pool(pool, url, control_pool, extra)
+    names = deploy_to_pool(pool, url, control_pool, extra, code)
     installed = {k: str(v) for k, v in install_automations().items()} if automations else {}
     result = {
         "pools_created": sorted(created),
         "deployments": names,
         "concurrency_limit": {"name": limit_name, "limit": partition_limit},
+        "source": {"location": code.location, "git": code.git, "branch": code.branch, "commit": code.commit},
         "automations": installed,
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -106,6 +124,7 @@ def deploy_cmd(
     for name in names:
         console.print(f"  {name}")
     console.print(f"global concurrency limit {limit_name} = {partition_limit}; automations: {', '.join(installed)}")
+    console.print(f"workers load the flows from {code.describe()}")
     console.print(f"start workers with: prefect worker start --pool {pool}")
 
 

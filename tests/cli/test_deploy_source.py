@@ -1,0 +1,107 @@
+"""``skillflow deploy --source``: where each worker finds the flows' code, as the deployment records it.
+
+The default is this project directory, so every worker needs the checkout at the same path; ``--source`` names
+the directory the workers hold it at, or a git repository each run clones. A run on a worker whose directory
+differs from the deploying one's is in ``tests/fleet/test_code_source.py``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flows.serve import PROJECT_ROOT, CodeSource
+from skillflow.lab.fleet import BIN
+
+
+def test_by_default_workers_change_into_this_project_directory() -> None:
+    source = CodeSource.parse()
+    assert (source.location, source.git) == (str(PROJECT_ROOT), False)
+    step = source.storage().to_pull_step()
+    assert step == {"prefect.deployments.steps.set_working_directory": {"directory": str(PROJECT_ROOT)}}
+
+
+def test_a_directory_on_the_workers_is_their_pull_step_while_the_flows_load_from_here() -> None:
+    storage = CodeSource.parse("/srv/skillflow").storage()
+    assert storage.to_pull_step() == {
+        "prefect.deployments.steps.set_working_directory": {"directory": "/srv/skillflow"}
+    }
+    assert storage.destination == PROJECT_ROOT  # what `from_source` loads the flows from at deploy time
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com/acme/skillflow.git",
+        "https://gitlab.example/acme/skillflow",
+        "git@github.com:acme/skillflow.git",
+        "ssh://git@git.example/acme/skillflow",
+        "file:///srv/git/skillflow",
+        "/srv/git/skillflow.git",
+    ],
+)
+def test_a_git_repository_is_cloned_by_each_run(url: str) -> None:
+    source = CodeSource.parse(url, branch="release")
+    assert source.git
+    step = source.storage().to_pull_step()["prefect.deployments.steps.git_clone"]
+    assert (step["repository"], step["branch"]) == (url, "release")
+
+
+def test_a_pinned_commit_is_in_the_pull_step() -> None:
+    step = CodeSource.parse("https://github.com/acme/skillflow.git", commit="0123abc").storage().to_pull_step()
+    assert step["prefect.deployments.steps.git_clone"]["commit_sha"] == "0123abc"
+
+
+@pytest.mark.parametrize(
+    ("source", "branch", "commit", "message"),
+    [
+        ("skillflow", None, None, "must be an absolute path"),
+        ("./srv/skillflow", None, None, "must be an absolute path"),
+        ("/srv/skillflow", "main", None, "need a git repository"),
+        (None, None, "0123abc", "need a git repository"),
+        ("https://github.com/acme/skillflow.git", "main", "0123abc", "not both"),
+        ("https://github.com/acme/skillflow.git", "-upload-pack=x", None, "not a branch name"),
+        ("https://github.com/acme/skillflow.git", None, "HEAD~1", "not a commit SHA"),
+        ("https://bot:ghp_0123456789abcdef@github.com/acme/skillflow.git", None, None, "carries credentials"),
+        ("https://x-access-token@github.com/acme/skillflow.git", None, None, "carries credentials"),
+    ],
+)
+def test_a_source_workers_could_not_use_is_refused(
+    source: str | None, branch: str | None, commit: str | None, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        CodeSource.parse(source, branch, commit)
+
+
+def test_the_cli_refuses_a_bad_source_in_one_line_before_touching_prefect_or_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    token = "ghp_0123456789abcdefABCD"
+    done = subprocess.run(
+        [
+            str(BIN / "skillflow"),
+            "deploy",
+            "--pool",
+            "p",
+            "--db",
+            f"sqlite:///{db}",
+            "--source",
+            f"https://u:{token}@h/r.git",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(BIN), "PREFECT_API_URL": "http://127.0.0.1:9/api", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --source carries credentials"), done.stderr
+    assert token not in done.stderr + done.stdout
+    assert not db.exists()
+
+
+def test_the_deploy_output_says_where_workers_load_the_code_from() -> None:
+    assert CodeSource.parse().describe() == f"the directory {PROJECT_ROOT} on every worker"
+    pinned = CodeSource.parse("git@github.com:acme/skillflow.git", commit="0123abc").describe()
+    assert pinned == "a clone of git@github.com:acme/skillflow.git at 0123abc per run (workers need git)"

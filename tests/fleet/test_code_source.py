@@ -1,0 +1,130 @@
+"""A worker whose machine holds the code elsewhere than the deploying one: ``skillflow deploy --source``.
+
+A real ``prefect server`` and one process worker started in a directory of its own. The deployments are
+registered twice: once from a git repository (each run clones it; ``file://`` stands in for a remote), once
+naming the directory the worker holds its checkout at. Each time a promotion cycle runs on the pool, fans out
+to its ``promotion-partitions`` child on the same worker, and stores its report; no pull step names the
+deploying project's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from flows.serve import PROJECT_ROOT
+from skillflow.lab.fleet import LocalFleet, unschedule
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
+from skillflow.storage.schema import reports, skillbox
+from tests.support.promotion import agent, record_cancel
+
+pytestmark = [pytest.mark.slow, pytest.mark.prefect]
+
+CODE = ("flows", "tasks", "config")  # what a run loads from its source; skillflow itself is the worker's install
+OVERRIDES = {"require_shadow": False, "promotion_every_n_runs": 0, "shadow_evaluation_enabled": False}
+
+
+def checkout(to: Path) -> Path:
+    """A copy of the project's flow code at ``to`` (no caches), as another machine's checkout would hold it."""
+    for part in CODE:
+        shutil.copytree(PROJECT_ROOT / part, to / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return to
+
+
+def repository(at: Path) -> str:
+    """A git repository holding the flow code, committed on branch ``fleet``; its ``file://`` URL."""
+    checkout(at)
+    git = ["git", "-C", str(at), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q", "-b", "fleet"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "flows"], check=True)
+    return at.as_uri()
+
+
+def seed(url: str, user: str) -> None:
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, user, i)
+    engine.dispose()
+
+
+def pull_steps(name: str) -> list[dict[str, Any]]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return list(client.read_deployment_by_name(name).pull_steps or [])
+
+
+def run_cycle(url: str, user: str) -> Any:
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    params = {"params": {"database_url": url, "force": True, "user_id": user, "config_overrides": OVERRIDES}}
+    run = run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0)
+    deadline = time.monotonic() + 180
+    with get_client(sync_client=True) as client:
+        while not (run := client.read_flow_run(run.id)).state.is_final() and time.monotonic() < deadline:
+            time.sleep(1)
+    return run
+
+
+def stored(url: str, user: str) -> tuple[list[str], list[str]]:
+    engine = make_engine(url)
+    with engine.connect() as conn:
+        flow_runs = conn.execute(select(reports.c.flow_run_id).where(reports.c.user_id == user)).scalars().all()
+        skills = conn.execute(select(skillbox.c.status).where(skillbox.c.user_id == user)).scalars().all()
+    engine.dispose()
+    return list(flow_runs), list(skills)
+
+
+@pytest.mark.usefixtures("offline_providers")  # this process's own seeding: no model load
+def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    url = f"sqlite:///{tmp_path / 'skillflow.db'}"
+    remote = repository(tmp_path / "remote")
+    worker_home = checkout(tmp_path / "worker-machine" / "skillflow")
+    elsewhere = tmp_path / "worker-cwd"
+    elsewhere.mkdir()
+    env = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
+    with LocalFleet(tmp_path / "prefect", env=env) as fleet:
+        settings = {PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}
+        for user, source in (
+            ("git", ["--source", remote, "--branch", "fleet"]),
+            ("dir", ["--source", str(worker_home)]),
+        ):
+            seed(url, user)
+            out = fleet.cli("deploy", "--pool", "compute", "--db", url, "--json", *source)
+            deployed = json.loads(out[out.index("{") :])
+            assert deployed["source"]["location"] == source[1] and deployed["source"]["git"] == (user == "git")
+            with temporary_settings(settings):
+                unschedule()
+                steps = pull_steps("promotion-cycle/promotion-cycle")
+                assert str(PROJECT_ROOT) not in json.dumps(steps), steps
+                if user == "git":
+                    [step] = steps
+                    clone = step["prefect.deployments.steps.git_clone"]
+                    assert (clone["repository"], clone["branch"]) == (remote, "fleet")
+                else:
+                    assert steps == [
+                        {"prefect.deployments.steps.set_working_directory": {"directory": str(worker_home)}}
+                    ]
+                if not fleet.workers:
+                    fleet.start_workers("compute", 1, limit=None, cwd=elsewhere)
+                run = run_cycle(url, user)
+                logs = "".join(f.read_text()[-3000:] for f in (tmp_path / "prefect").glob("worker-*.log"))
+                assert run.state.is_completed(), (user, run.state, logs)
+            flow_runs, skills = stored(url, user)
+            # The pool run fans out: the partition's report is written by its promotion-partitions child run.
+            assert len(flow_runs) == 1 and flow_runs[0] != str(run.id), flow_runs
+            assert skills == ["active"]
