@@ -6,7 +6,8 @@ format characters dropped, Unicode tag characters decoded to the ASCII they hide
 that look Latin folded to Latin, every digit of any script (superscript, circled, dingbat) an ASCII
 digit, every space separator a plain space. ``hidden_kinds`` names the
 characters a stored skill may not carry at all (tag, bidi, zero-width/format, variation selector,
-control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one.
+control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one; ``unmark`` removes
+markup inside words and joins words broken across lines; ``readings`` is the text and both.
 """
 
 from __future__ import annotations
@@ -110,6 +111,39 @@ def unspace(text: str) -> str:
     """``text`` with runs of two or more single letters or digits separated by single spaces joined
     (``i g n o r e`` → ``ignore``; a wider gap stays a word break): the checks read both forms."""
     return _SPACED_OUT.sub(lambda m: "".join(m.group(0).split()), text)
+
+
+# Markup a model reads through when it sits inside a word: emphasis, strike and code marks (``ig**no**re``,
+# ``4~~1~~11``) and inline HTML tags (``ig<b></b>nore``); and a word broken across a line (``ign\nore``,
+# ``ig-\nnore``).
+# Between digits only doubled marks count ("25*3" is arithmetic); an underscore only between small letters
+# ("ig_no_re"; "ACT_AGENCE" and "mia_li_3668" stay identifiers).
+_TAG = r"</?[A-Za-z][A-Za-z0-9]{0,9}[ \t]*/?>"
+_INNER_MARKUP = re.compile(
+    rf"(?<=[^\W\d_])(?:[*~`]+|{_TAG})+(?=[^\W\d_])|(?<=[^\W_])(?:\*\*+|~~+|`+|{_TAG})+(?=[^\W_])"
+    r"|(?<=[a-z])_+(?=[a-z])"
+)
+# A letter to a small letter, a digit to a digit: "… → error\n3. `cancel`" is a list, not the token "error3",
+# and a line that starts with a capital starts a sentence or a heading ("…reservation\nIgnore" stays two words).
+_INNER_BREAK = re.compile(r"(?<=[^\W\d_])-?[ \t]*\n[ \t]*(?=[a-z])|(?<=\d)-?[ \t]*\n[ \t]*(?=\d)")
+
+
+def unmark(text: str, breaks: bool = False) -> str:
+    """``text`` with markup inside words removed (``ig**no**re`` → ``ignore``); with ``breaks``, words broken
+    across lines joined too (``ign\nore``). A line's last word and the next line's first word are then joined
+    as well, so that form is only ever read beside the others, never instead of them."""
+    text = _INNER_MARKUP.sub("", text)
+    return _INNER_BREAK.sub("", text) if breaks else text
+
+
+def readings(text: str) -> list[str]:
+    """``text`` and each other form a reader may see in it (``unspace``, ``unmark`` without and with line
+    breaks joined), without repeats."""
+    out = [text]
+    for form in (unspace(text), unmark(text), unmark(text, breaks=True)):
+        if form not in out:
+            out.append(form)
+    return out
 
 
 def squeeze(text: str) -> str:

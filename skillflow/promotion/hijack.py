@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from skillflow.kernel.textnorm import fold, unspace
+from skillflow.kernel.textnorm import fold, readings
 
 _NOUNS = (
     r"instructions?|rules?|polic(?:y|ies)|guidelines?|prompts?|directions?|directives?|constraints?|guardrails?"
@@ -84,10 +84,10 @@ def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
     ``bulk``, ``outside-tool``). A sentence that names one of ``tools`` (the class's tool sequence) may
     say "send"/"call"; it may still not address an outside party or a tool outside the sequence."""
     sequence = {t.casefold() for t in tools}
+    named = sequence | {t.replace("_", "") for t in sequence}  # the unmarked reading joins ``cancel_reservation``
     text = fold(text or "")  # homoglyphs, zero-width and tag characters read as what they show or hide
-    joined = unspace(text)
-    if joined != text:  # "i g n o r e   a l l": the spaced-out reading is checked as well
-        text = text + "\n" + joined
+    # "i g n o r e   a l l", "ig**no**re", "ign\nore": the spaced-out and unmarked readings are checked as well
+    text = "\n".join(readings(text))
     body = re.sub(r"[_]+", " ", text)
     kinds: set[str] = set()
     for kind, pattern in (("override", OVERRIDE), ("role", ROLE), ("addressed", ADDRESSED), ("weaken", WEAKEN)):
@@ -95,7 +95,7 @@ def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
             kinds.add(kind)
     for sentence in _SENTENCE.split(text):
         spaced = sentence.replace("_", " ")
-        names_tool = any(t and t in sentence.casefold() for t in sequence)
+        names_tool = any(t and t in sentence.casefold() for t in named)
         if CONTACT.search(spaced) and not names_tool:
             kinds.add("contact")
         if BULK.search(spaced) and re.search(rf"(?i)\b(?:{_COMMS})\b", spaced):

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
-from skillflow.kernel.textnorm import fold, hidden_kinds, strip_controls, unspace
+from skillflow.kernel.textnorm import fold, hidden_kinds, readings, strip_controls
 from skillflow.promotion.detectors import Finding, literal_findings
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.hijack import hijack_findings
@@ -199,10 +199,9 @@ def _machine_checks(
 
 
 def _literals(text: str, names: set[str]) -> list[Finding]:
-    """``literal_findings`` of the folded text and of its spaced-out reading (``4 1 1 1 …``)."""
-    found = literal_findings(text, names)
-    joined = unspace(text)
-    return found + literal_findings(joined, names) if joined != text else found
+    """``literal_findings`` of the folded text and of its other readings: spaced out (``4 1 1 1 …``), markup
+    inside words or a word broken across lines (``4**1**11``, ``CUST88\n213ZK``)."""
+    return [f for form in readings(text) for f in literal_findings(form, names)]
 
 
 def class_tools(evidence: Evidence) -> set[str]:
