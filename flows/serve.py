@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from skillflow.kernel.config import Settings, load_schedules
+from tasks.automations import TAG
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -139,7 +140,7 @@ def build_deployments(database_url: str | None = None) -> list[Any]:
             name=spec.name,
             cron=spec.cron,
             parameters=spec.parameters,
-            tags=["skillflow"],
+            tags=[TAG],
             description=spec.description,
             concurrency_limit=concurrency(spec),
         )
@@ -244,7 +245,7 @@ def deploy_to_pool(
             job_variables=variables,
             cron=spec.cron,
             parameters=spec.parameters,
-            tags=["skillflow"],
+            tags=[TAG],
             description=spec.description,
             concurrency_limit=concurrency(spec),
             print_next_steps=False,

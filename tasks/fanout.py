@@ -55,6 +55,13 @@ class FleetSettings(BaseSettings):
     child_timeout_seconds: float = Field(
         6 * 3600.0, gt=0, le=7 * 86_400, description="A parent gives up on child runs after this long"
     )
+    unresponsive_seconds: float = Field(
+        600.0,
+        ge=60,
+        le=86_400,
+        description="A skillflow flow run whose heartbeats stop this long is marked Crashed by the shipped "
+        "automation (keep it over 3x the workers' PREFECT_FLOWS_HEARTBEAT_FREQUENCY, 180 s by default)",
+    )
     outbox_backlog_threshold: int = Field(
         10_000, ge=1, le=10**9, description="Emit skillflow.outbox.backlog when more runs than this are pending"
     )

@@ -95,6 +95,25 @@ def unschedule() -> int:
     return dropped
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant of it, parents first (read from ``/proc``)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, stack = [], [pid]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(children.get(current, []))
+    return out
+
+
 @dataclass
 class LocalFleet:
     """``with LocalFleet(home, env) as fleet: fleet.deploy(...); fleet.start_workers("compute", 2)``."""
@@ -210,6 +229,20 @@ class LocalFleet:
     def online(self, pool: str) -> int:
         workers = self._get(f"/work_pools/{pool}/workers/filter", {}) or []
         return sum(1 for w in workers if w.get("status") == "ONLINE")
+
+    def kill_worker(self, proc: subprocess.Popen[bytes]) -> list[int]:
+        """SIGKILL a worker and every process it started at once, as a machine's power loss would (Linux).
+
+        A flow run's process is the worker's child but not always in its process group, so the tree is read
+        from ``/proc`` first. Nothing is left to report the runs. Returns the pids killed.
+        """
+        pids = process_tree(proc.pid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        self.workers.remove(proc)
+        return pids
 
     def stop_workers(self, pool: str, keep: int) -> None:
         """Stop all but ``keep`` workers of ``pool`` (and their runs)."""

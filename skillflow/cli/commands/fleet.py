@@ -130,7 +130,8 @@ def deploy_cmd(
 
 @app.command("automations")
 def automations_cmd(json: JsonOption = False) -> None:
-    """Create or update the shipped automations (demotion → re-qualify; outbox backlog → shadow evaluation)."""
+    """Create or update the shipped automations (demotion → re-qualify; backlog → shadow evaluation; a run
+    without heartbeats → Crashed)."""
     from tasks.automations import install_automations
 
     installed = {k: str(v) for k, v in install_automations().items()}
