@@ -35,7 +35,9 @@ def free_port() -> int:
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
-    """SIGTERM the process group, wait, then SIGKILL whatever of the group is left."""
+    """SIGTERM the process group, wait, then SIGKILL whatever of the group is left, and any descendant outside
+    it (a worker's flow-run processes are not always in its group)."""
+    started = {pid: _start_time(pid) for pid in process_tree(proc.pid)[1:]}
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(proc.pid, signal.SIGTERM)
@@ -44,6 +46,17 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(5)
+    for pid, start in started.items():
+        if start is not None and _start_time(pid) == start:  # still that process, not a reused pid
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 @contextlib.contextmanager
