@@ -16,13 +16,14 @@ whole; the patterns only ever see shorter ones, which keeps their cost linear in
 
 from __future__ import annotations
 
+import html
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
 
-from skillflow.kernel.textnorm import fold_map
+from skillflow.kernel.textnorm import fold, fold_map
 
 MAX_TOKEN_CHARS = 128
 _LONG_TOKEN = re.compile(rf"\S{{{MAX_TOKEN_CHARS + 1},}}")
@@ -368,34 +369,51 @@ def findings(text: str, strict: bool = False) -> list[Finding]:
 
 
 def _reading(text: str) -> tuple[str, list[int] | None, list[int] | None]:
-    """The text as the detectors read it (folded; ``%XX`` escapes of printable ASCII decoded, twice-encoded ones
-    too) and, unless it is the text itself, the original start and end offset of each of its characters."""
-    if text.isascii() and not _PERCENT.search(text):
+    """The text as the detectors read it (folded; ``%XX`` escapes of printable ASCII and HTML character
+    references decoded, twice-encoded ones too) and, unless it is the text itself, the original start and end
+    offset of each of its characters."""
+    if text.isascii() and not _PERCENT.search(text) and not _ENTITY.search(text):
         return text, None, None
     view, origin = fold_map(text) if not text.isascii() else (text, list(range(len(text))))
     starts, ends = origin, [i + 1 for i in origin]
-    for _ in range(_PERCENT_ROUNDS):
-        if not _PERCENT.search(view):
+    for _ in range(_DECODE_ROUNDS):
+        before = view
+        if _ENTITY.search(view):
+            view, starts, ends = _decoded(view, starts, ends, _ENTITY, _entity)
+        if _PERCENT.search(view):
+            view, starts, ends = _decoded(view, starts, ends, _PERCENT, lambda esc: chr(int(esc[1:], 16)))
+        if view == before:
             break
-        view, starts, ends = _percent_decoded(view, starts, ends)
     return view, starts, ends
 
 
-_PERCENT_ROUNDS = 3
+_DECODE_ROUNDS = 3
+# An HTML character reference: decimal, hexadecimal or named (``&#64;``, ``&#x40;``, ``&commat;``).
+_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
 
 
-def _percent_decoded(view: str, starts: list[int], ends: list[int]) -> tuple[str, list[int], list[int]]:
+def _entity(ref: str) -> str:
+    """What an HTML character reference shows, as the detectors read it (folded); unknown names stay."""
+    return fold(html.unescape(ref))
+
+
+def _decoded(
+    view: str, starts: list[int], ends: list[int], pattern: re.Pattern[str], decode: Callable[[str], str]
+) -> tuple[str, list[int], list[int]]:
+    """``view`` with each match of ``pattern`` replaced by ``decode(match)``; each decoded character keeps the
+    span of the escape it came from."""
     chars: list[str] = []
     new_starts: list[int] = []
     new_ends: list[int] = []
     last = 0
-    for m in _PERCENT.finditer(view):
+    for m in pattern.finditer(view):
         chars.append(view[last : m.start()])
         new_starts.extend(starts[last : m.start()])
         new_ends.extend(ends[last : m.start()])
-        chars.append(chr(int(m.group(0)[1:], 16)))
-        new_starts.append(starts[m.start()])
-        new_ends.append(ends[m.end() - 1])
+        shown = decode(m.group(0))
+        chars.append(shown)
+        new_starts.extend([starts[m.start()]] * len(shown))
+        new_ends.extend([ends[m.end() - 1]] * len(shown))
         last = m.end()
     chars.append(view[last:])
     new_starts.extend(starts[last:])

@@ -46,6 +46,12 @@ SECRET_KEYS = ["AKIAQ7RZ5TW3EXAMPLEX", "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "ghp_
 PARTIAL = {
     "refund my order and mail zelda%40hyrule-bank.com": ["zelda", "hyrule"],
     "refund my order and mail zelda%2540hyrule-bank.com": ["zelda", "hyrule"],
+    # HTML character references (a web tool's result, a pasted page): decimal, hex, named, and mixed with %XX
+    "refund my order and mail zelda&#64;hyrule-bank.com": ["zelda", "hyrule"],
+    "refund my order and mail zelda&#x40;hyrule-bank.com": ["zelda", "hyrule"],
+    "refund my order and mail zelda&commat;hyrule-bank.com": ["zelda", "hyrule"],
+    "refund my order and mail zelda&#37;40hyrule-bank.com": ["zelda", "hyrule"],
+    "refund my order to card 4539&#32;1488&#32;0343&#32;6467": ["4539", "6467"],
     "refund my order, session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.QwErTyUiOpAsDfGhJkLzXcVbNm": ["QwErTy"],
     "refund my order. Authorization: Bearer AbCdEfGhIjKlMnOpQrStUvWxYz": ["AbCdEf"],
     "refund my order, my passphrase is tangerine walrus quietly dances": ["tangerine", "walrus", "dances"],
@@ -172,6 +178,8 @@ ADVERSARIAL = {
     "dotted letters": "a." * 50_000,
     "letters and digits": "a1" * 50_000,
     "percent escapes": "%40" * 33_000,
+    "character references": "&#64;" * 20_000,
+    "named references": "&commat;x" * 11_000,
     "credential clause": "my password is " + "word " * 20_000,
     "superscripts": "⁴" * 100_000,
     "zero-width digits": "1\u200b" * 50_000,
