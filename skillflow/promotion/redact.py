@@ -15,7 +15,7 @@ from typing import Any
 
 from skillflow.kernel.canonical import ERROR_KINDS
 from skillflow.kernel.models import EvidenceRun
-from skillflow.kernel.textnorm import strip_controls
+from skillflow.kernel.textnorm import fold_map, strip_controls
 from skillflow.promotion import detectors
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.hijack import hijack_findings
@@ -306,30 +306,52 @@ def _redact_names(text: str) -> str:
     """Replace capitalized runs that look like personal names (``Ava Li``) by ``<name>``.
 
     A capitalized word opening a sentence is kept unless another capitalized word follows it; known
-    openers, pronouns and calendar words are never names.
+    openers, pronouns and calendar words are never names. The runs are found on the folded text (``José
+    García``, ``Zoë``, a Cyrillic ``А`` in ``Аva``, fullwidth letters read as the letters they show) and
+    replaced in the text itself.
     """
+    if text.isascii():
+        view, origin = text, None
+    else:
+        view, origin = fold_map(text)
+    out: list[str] = []
+    last = 0
+    for start, end in _name_spans(view):
+        if origin is not None:
+            start, end = origin[start], origin[end - 1] + 1
+        out.append(text[last:start])
+        out.append("<name>")
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
-    def replace(m: re.Match[str]) -> str:
-        words = m.group(0).split()
-        start = m.start()
-        before = text[:start].rstrip()
+
+def _letter_case(ch: str) -> str:
+    if ch < "\x80" or not ch.isalpha():
+        return ch
+    return "A" if ch.isupper() else "a"
+
+
+def _name_spans(view: str) -> list[tuple[int, int]]:
+    """The spans of ``view`` (ASCII-folded text) that :func:`_redact_names` replaces."""
+    spans: list[tuple[int, int]] = []
+    # Letters folding leaves non-ASCII (Ł, Ż, Ð, Greek and Cyrillic without a Latin look-alike) match as a
+    # capital or a small letter by their case; one character each, so the offsets are the view's.
+    shape = view if view.isascii() else "".join(_letter_case(ch) for ch in view)
+    for m in _CAPITALIZED.finditer(shape):
+        words = view[m.start() : m.end()].split()
+        before = view[: m.start()].rstrip()
         opener = not before or before[-1] in ".!?\n\"'(:;"
         if opener and words[0].lower() in _NOT_NAMES:
-            rest = m.group(0)[len(words[0]) :]
-            return words[0] + (_redact_names_tail(rest) if rest.strip() else rest)
+            if len(words) > 1 and not all(w.lower() in _NOT_NAMES for w in words[1:]):
+                spans.append((m.start() + view[m.start() : m.end()].index(words[1], len(words[0])), m.end()))
+            continue
         if all(w.lower() in _NOT_NAMES for w in words):
-            return m.group(0)
+            continue
         if opener and len(words) == 1:
-            return m.group(0)
-        return "<name>"
-
-    return _CAPITALIZED.sub(replace, text)
-
-
-def _redact_names_tail(rest: str) -> str:
-    lead = rest[: len(rest) - len(rest.lstrip())]
-    words = rest.split()
-    return lead + ("<name>" if not all(w.lower() in _NOT_NAMES for w in words) else " ".join(words))
+            continue
+        spans.append((m.start(), m.end()))
+    return spans
 
 
 def redact_query(query: str, literals: Iterable[str] = (), patterns: bool = True) -> str:

@@ -89,6 +89,26 @@ def test_homoglyph_email_is_redacted() -> None:
     assert out == "refund my order, mail <email>", out
 
 
+NAMES = {  # a personal name as users write it -> its letters that must not survive
+    "accented": ("please rebook for José García tomorrow", ["Jos", "Garc"]),
+    "diaeresis and tilde": ("refund for Zoë Saldaña.", ["Zo", "Salda"]),
+    "letters without a decomposition": ("My name is Łukasz Żółć", ["ukasz", "Żółć"]),
+    "Cyrillic look-alike": ("please cancel for Аva Li today", ["va", "Li"]),
+    "Greek look-alike": ("cancel for Αva Lі", ["va", "Lі"]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NAMES))
+def test_names_beyond_ascii_are_redacted(kind: str) -> None:
+    query, pieces = NAMES[kind]
+    out = redact_query(query)
+    assert "<name>" in out and not any(piece in out for piece in pieces), out
+
+
+def test_openers_stay_words_whatever_their_script() -> None:
+    assert redact_query("Function：Delete the old one") == "Function：Delete the old one"  # a fullwidth colon
+
+
 def test_trigger_queries_refuse_hidden_characters(sqlite_engine: Engine) -> None:
     ev = cancel_evidence()
     first = ev.successes[0]
