@@ -33,6 +33,12 @@ EMAIL = re.compile(  # starts only where a local part can start: one attempt per
 )
 URL = re.compile(r"(?i)\b(?:https?|ftp|file|data|javascript)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+")
 _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local|gov|edu|us|uk|de|ru|cn|fr|tk|ly"
+# An address spelled out in words, as users dodge filters: "jane at example dot com" (only with "dot" and a
+# known top-level domain: "out at JFK. Then" is prose).
+EMAIL_SPELLED = re.compile(
+    rf"(?i)(?<![\w.%+-])[a-z0-9._%+-]+[ \t]+at[ \t]+[a-z0-9-]+(?:[ \t]+dot[ \t]+[a-z0-9-]+)*[ \t]+dot[ \t]+"
+    rf"(?:{_TLDS})\b"
+)
 DOMAIN = re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")
 _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
@@ -57,7 +63,7 @@ HEX_TOKEN = re.compile(r"\b[0-9a-fA-F-]{16,}\b")
 CODE_TOKEN = re.compile(r"(?<![\w<])[A-Z]{3,}(?![\w>])")
 QUOTED = re.compile(r"(?<!\w)[\"“'‘]([^\"“”'‘’\n]{1,64})[\"”'’](?!\w)")
 _CRED_WORDS = (
-    r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pin|token|api[\s_-]?key|secret|otp"
+    r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pw|pin|token|api[\s_-]?key|secret|otp"
     r"|cvv|cvc|ssn|security\s+code|verification\s+code|credentials?|bearer|authorization"
 )
 _CRED_WORD = r"[^\s\"'<>`“”‘’]+"
@@ -306,6 +312,7 @@ def _raw_findings(text: str, strict: bool) -> list[tuple[str, int, int]]:
 
     add("url", (strip_tail(m) for m in URL.finditer(text)))
     add("email", (m.span() for m in EMAIL.finditer(text)))
+    add("email", (m.span() for m in EMAIL_SPELLED.finditer(text)))
     add("url", (strip_tail(m) for m in DOMAIN.finditer(text)))
     add("secret", _secret_spans(text))
     credential = CREDENTIAL_STRICT if strict else CREDENTIAL
@@ -369,10 +376,10 @@ def findings(text: str, strict: bool = False) -> list[Finding]:
 
 
 def _reading(text: str) -> tuple[str, list[int] | None, list[int] | None]:
-    """The text as the detectors read it (folded; ``%XX`` escapes of printable ASCII and HTML character
-    references decoded, twice-encoded ones too) and, unless it is the text itself, the original start and end
-    offset of each of its characters."""
-    if text.isascii() and not _PERCENT.search(text) and not _ENTITY.search(text):
+    """The text as the detectors read it (folded; ``%XX`` escapes of printable ASCII, HTML character
+    references and ``\\uXXXX``/``\\xXX`` escapes decoded, twice-encoded ones too) and, unless it is the text
+    itself, the original start and end offset of each of its characters."""
+    if text.isascii() and not _PERCENT.search(text) and not _ENTITY.search(text) and not _ESCAPE.search(text):
         return text, None, None
     view, origin = fold_map(text) if not text.isascii() else (text, list(range(len(text))))
     starts, ends = origin, [i + 1 for i in origin]
@@ -382,6 +389,8 @@ def _reading(text: str) -> tuple[str, list[int] | None, list[int] | None]:
             view, starts, ends = _decoded(view, starts, ends, _ENTITY, _entity)
         if _PERCENT.search(view):
             view, starts, ends = _decoded(view, starts, ends, _PERCENT, lambda esc: chr(int(esc[1:], 16)))
+        if _ESCAPE.search(view):
+            view, starts, ends = _decoded(view, starts, ends, _ESCAPE, _escaped)
         if view == before:
             break
     return view, starts, ends
@@ -390,6 +399,15 @@ def _reading(text: str) -> tuple[str, list[int] | None, list[int] | None]:
 _DECODE_ROUNDS = 3
 # An HTML character reference: decimal, hexadecimal or named (``&#64;``, ``&#x40;``, ``&commat;``).
 _ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});")
+
+
+# A string-literal escape as JSON, Python and JavaScript write them: ``\u0040``, ``\x40``.
+_ESCAPE = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|x[2-7][0-9A-Fa-f])")
+
+
+def _escaped(esc: str) -> str:
+    """What a ``\\uXXXX`` or ``\\xXX`` escape shows, as the detectors read it (folded)."""
+    return fold(chr(int(esc[2:], 16)))
 
 
 def _entity(ref: str) -> str:
