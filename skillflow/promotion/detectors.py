@@ -36,7 +36,8 @@ _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local
 # An address spelled out in words, as users dodge filters: "jane at example dot com" (only with "dot" and a
 # known top-level domain: "out at JFK. Then" is prose).
 EMAIL_SPELLED = re.compile(
-    rf"(?i)(?<![\w.%+-])[a-z0-9._%+-]+[ \t]+at[ \t]+[a-z0-9-]+(?:[ \t]+dot[ \t]+[a-z0-9-]+)*[ \t]+dot[ \t]+"
+    rf"(?i)(?<![\w.%+-])[a-z0-9._%+-]+(?:[ \t]+dot[ \t]+[a-z0-9._%+-]+)*[ \t]+at[ \t]+[a-z0-9-]+"
+    rf"(?:[ \t]+dot[ \t]+[a-z0-9-]+)*[ \t]+dot[ \t]+"
     rf"(?:{_TLDS})\b"
 )
 DOMAIN = re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")

@@ -8,6 +8,7 @@ error classes are mapped to a closed vocabulary or a shape (docs/SECURITY.md, "W
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -66,6 +67,18 @@ _NOT_NAMES_TEXT = (
     "june july august september october november december "
 )
 _NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
+_NAME_ENDS = (
+    _NOT_NAMES
+    | STOP_WORDS
+    | frozenset(["at", "on", "in", "to", "of", "by", "as", "not", "now", "today", "tomorrow", "back"])
+)
+# "my name is jose garcia", "name: ava li", "last name is o'neil-smith": up to three words of letters after the
+# cue are the name whatever their case, up to a clause's end or a word that is not one (``and``, ``on`` …).
+_NAME_CUE = re.compile(
+    r"(?i)\b(?:(?:my|his|her|their|the|your)\s+(?:full\s+|first\s+|last\s+|sur|given\s+)?name\s+(?:is|was)"
+    r"|(?:full\s+|first\s+|last\s+|sur)?name\s*[:=])[ \t]+"
+    r"(?P<name>[^\W\d_](?:[^\W\d_]|['’-])*(?!\w)(?:[ \t]+[^\W\d_](?:[^\W\d_]|['’-])*(?!\w)){0,2})"
+)
 
 
 class RedactionError(RuntimeError):
@@ -332,16 +345,37 @@ def _letter_case(ch: str) -> str:
     return "A" if ch.isupper() else "a"
 
 
+def _cued_names(view: str) -> list[tuple[int, int]]:
+    """The name after each cue (``my name is …``), without the words after it that are not a name's."""
+    spans = []
+    for m in _NAME_CUE.finditer(view):
+        words = m.group("name").split()
+        kept = list(itertools.takewhile(lambda w: w.lower() not in _NAME_ENDS, words))
+        if kept:
+            spans.append((m.start("name"), _end_of(view, m.start("name"), kept)))
+    return spans
+
+
+def _end_of(view: str, start: int, words: list[str]) -> int:
+    """Where the ``words`` that begin at ``start`` end (they are separated by spaces or tabs)."""
+    end = start
+    for word in words:
+        end = view.index(word, end) + len(word)
+    return end
+
+
 def _name_spans(view: str) -> list[tuple[int, int]]:
     """The spans of ``view`` (ASCII-folded text) that :func:`_redact_names` replaces."""
-    spans: list[tuple[int, int]] = []
+    spans: list[tuple[int, int]] = _cued_names(view)
     # Letters folding leaves non-ASCII (Ł, Ż, Ð, Greek and Cyrillic without a Latin look-alike) match as a
     # capital or a small letter by their case; one character each, so the offsets are the view's.
     shape = view if view.isascii() else "".join(_letter_case(ch) for ch in view)
     for m in _CAPITALIZED.finditer(shape):
         words = view[m.start() : m.end()].split()
-        before = view[: m.start()].rstrip()
-        opener = not before or before[-1] in ".!?\n\"'(:;"
+        k = m.start() - 1
+        while k >= 0 and view[k].isspace():  # the character before the run, past whitespace (not a slice)
+            k -= 1
+        opener = k < 0 or view[k] in ".!?\n\"'(:;"
         if opener and words[0].lower() in _NOT_NAMES:
             if len(words) > 1 and not all(w.lower() in _NOT_NAMES for w in words[1:]):
                 spans.append((m.start() + view[m.start() : m.end()].index(words[1], len(words[0])), m.end()))
@@ -351,7 +385,13 @@ def _name_spans(view: str) -> list[tuple[int, int]]:
         if opener and len(words) == 1:
             continue
         spans.append((m.start(), m.end()))
-    return spans
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):  # a cued name is often capitalized too: one placeholder for both
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def redact_query(query: str, literals: Iterable[str] = (), patterns: bool = True) -> str:

@@ -56,6 +56,7 @@ PARTIAL = {
     "refund my order and mail zelda\\u0040hyrule-bank.com": ["zelda", "hyrule"],
     "refund my order and mail zelda\\x40hyrule-bank.com": ["zelda", "hyrule"],
     "refund my order and mail zelda at hyrule-bank dot com": ["zelda", "hyrule"],
+    "refund my order and mail zelda dot fitz at hyrule-bank dot com": ["zelda", "fitz", "hyrule"],
     "refund my order, pw is correcthorsebatterystaple": ["correcthorse"],
     "refund my order, session eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyIn0.QwErTyUiOpAsDfGhJkLzXcVbNm": ["QwErTy"],
     "refund my order. Authorization: Bearer AbCdEfGhIjKlMnOpQrStUvWxYz": ["AbCdEf"],
@@ -100,14 +101,29 @@ NAMES = {  # a personal name as users write it -> its letters that must not surv
     "letters without a decomposition": ("My name is Łukasz Żółć", ["ukasz", "Żółć"]),
     "Cyrillic look-alike": ("please cancel for Аva Li today", ["va", "Li"]),
     "Greek look-alike": ("cancel for Αva Lі", ["va", "Lі"]),
+    "lower case after a cue": ("my name is jose garcia and I want to cancel", ["jose", "garcia"]),
+    "a form's fields (as a τ-bench user wrote them)": (
+        "First name: Ivan, Last name: Smith. Cancel it",
+        ["Ivan", "Smith"],
+    ),
+    "hyphen and apostrophe": ("my last name is o'neil-smith.", ["neil"]),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(NAMES))
-def test_names_beyond_ascii_are_redacted(kind: str) -> None:
+def test_names_are_redacted_whatever_their_letters_or_case(kind: str) -> None:
     query, pieces = NAMES[kind]
     out = redact_query(query)
     assert "<name>" in out and not any(piece in out for piece in pieces), out
+
+
+def test_a_cue_takes_only_the_words_of_a_name() -> None:
+    assert redact_query("the name is on the ticket; my name is not important") == (
+        "the name is on the ticket; my name is not important"
+    )
+    assert (
+        redact_query("No such function name: authenticate_for_news") == "No such function name: authenticate_for_news"
+    )
 
 
 def test_openers_stay_words_whatever_their_script() -> None:
@@ -207,6 +223,8 @@ ADVERSARIAL = {
     "named references": "&commat;x" * 11_000,
     "string escapes": "\\u0040" * 16_000,
     "words spelled as an address": "a at b " * 14_000,
+    "name cues": "my name is a " * 8_000,
+    "capitalized words after blank lines": "Ab.\n\n\n" * 16_000,
     "credential clause": "my password is " + "word " * 20_000,
     "superscripts": "⁴" * 100_000,
     "zero-width digits": "1\u200b" * 50_000,
