@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
 from skillflow.kernel.config import Settings, load_schedules
+from skillflow.storage.engine import recordable_url
 from tasks.automations import TAG
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -67,8 +68,9 @@ def params_model(flow: Any) -> type[BaseModel]:
     return hint
 
 
-def default_parameters(model: type[BaseModel], database_url: str) -> dict[str, Any]:
-    """Every field with a default (required ones are left for the UI form or ``--params``), plus the URL."""
+def default_parameters(model: type[BaseModel], database_url: str | None) -> dict[str, Any]:
+    """Every field with a default (required ones are left for the UI form or ``--params``), plus the URL
+    (``None``: the run reads ``$SKILLFLOW_DATABASE_URL`` where it runs)."""
     values = {
         name: field.get_default(call_default_factory=True)
         for name, field in model.model_fields.items()
@@ -103,7 +105,7 @@ class DeploymentSpec:
 
 def deployment_specs(database_url: str | None = None, children: bool = False) -> list[DeploymentSpec]:
     """Every available flow's deployment (and, for a work pool, the fan-out children's)."""
-    url = database_url or Settings().database_url
+    url = recordable_url(database_url or Settings().database_url)  # a password stays out of the UI
     schedules = load_schedules()
     flows = dict(available_flows())
     pairs = [(stem, deployment_name(stem)) for stem in flows]
@@ -234,7 +236,9 @@ def deploy_to_pool(
     from prefect import flow as prefect_flow
 
     url = database_url or Settings().database_url
-    variables = {"env": {"SKILLFLOW_DATABASE_URL": url, **(env or {})}}
+    shown = recordable_url(url)
+    # Without a recordable URL the runs read the workers' own $SKILLFLOW_DATABASE_URL (it holds the password).
+    variables = {"env": {**({"SKILLFLOW_DATABASE_URL": shown} if shown else {}), **(env or {})}}
     storage = (source or CodeSource.parse()).storage()
     names = []
     for spec in deployment_specs(url, children=True):

@@ -28,6 +28,19 @@ def normalize_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
+def recordable_url(url: str) -> str | None:
+    """``url`` as a Prefect deployment or flow run may record it: ``None`` when it carries a password.
+
+    Deployment parameters, job variables and run parameters are shown in the Prefect UI and stored by its
+    server, so a password must not be in them; a run given ``None`` reads ``$SKILLFLOW_DATABASE_URL`` from the
+    environment it runs in (the worker's, or ``skillflow serve``'s). docs/guide/ops.md, "Secrets".
+    """
+    try:
+        return None if make_url(url).password else url
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: nothing in it to hide, and it fails later
+        return url
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")

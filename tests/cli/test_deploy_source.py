@@ -105,3 +105,18 @@ def test_the_deploy_output_says_where_workers_load_the_code_from() -> None:
     assert CodeSource.parse().describe() == f"the directory {PROJECT_ROOT} on every worker"
     pinned = CodeSource.parse("git@github.com:acme/skillflow.git", commit="0123abc").describe()
     assert pinned == "a clone of git@github.com:acme/skillflow.git at 0123abc per run (workers need git)"
+
+
+def test_a_database_password_is_never_recorded_by_a_deployment() -> None:
+    from flows.serve import build_deployments
+    from skillflow.storage.engine import recordable_url
+
+    assert recordable_url("postgresql://u:s3cret@db.example/skillflow") is None
+    assert recordable_url("oracle+oracledb://app:s3cret@db.example:1521/?service_name=X") is None
+    assert recordable_url("postgresql://u@db.example/skillflow") == "postgresql://u@db.example/skillflow"
+    assert recordable_url("sqlite:///.skillflow/skillflow.db") == "sqlite:///.skillflow/skillflow.db"
+    served = build_deployments("postgresql://u:s3cret@db.example/skillflow")  # `skillflow serve`
+    assert served and all(d.parameters["params"]["database_url"] is None for d in served)
+    assert "s3cret" not in repr([d.parameters for d in served])
+    plain = build_deployments("postgresql://u@db.example/skillflow")
+    assert {d.parameters["params"]["database_url"] for d in plain} == {"postgresql://u@db.example/skillflow"}

@@ -13,17 +13,20 @@ import json
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
+from sqlalchemy.engine import make_url
 
 from flows.serve import PROJECT_ROOT
 from skillflow.lab.fleet import LocalFleet, unschedule
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import reports, skillbox
+from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN
 from tests.support.promotion import agent, record_cancel
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
@@ -128,3 +131,54 @@ def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path
             # The pool run fans out: the partition's report is written by its promotion-partitions child run.
             assert len(flow_runs) == 1 and flow_runs[0] != str(run.id), flow_runs
             assert skills == ["active"]
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES_DSN, reason=PG_SKIP_REASON)
+@pytest.mark.usefixtures("offline_providers")
+def test_a_database_password_stays_out_of_the_deployments_and_the_runs_use_the_workers_url(tmp_path: Path) -> None:
+    """``--db`` with a password: no deployment records it (the UI shows parameters and job variables); a run
+    without a URL of its own reads the worker's ``SKILLFLOW_DATABASE_URL`` (trust auth here takes any password)."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    assert POSTGRES_DSN
+    schema = f"pw_{uuid.uuid4().hex[:10]}"
+    admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in POSTGRES_DSN else "?"
+    url = f"{POSTGRES_DSN}{sep}options=-csearch_path%3D{schema}"
+    secret = "s3cret-fleet-pw"
+    with_password = make_url(url).set(password=secret).render_as_string(hide_password=False)
+    try:
+        seed(url, "pw")
+        env = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
+        with LocalFleet(tmp_path / "prefect", env={**env, "SKILLFLOW_DATABASE_URL": url}) as fleet:
+            out = fleet.cli("deploy", "--pool", "compute", "--db", with_password, "--json")
+            assert json.loads(out[out.index("{") :])["database_url_recorded"] is False
+            assert secret not in out
+            with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
+                unschedule()
+                with get_client(sync_client=True) as client:
+                    recorded = [
+                        (d.parameters, d.job_variables, d.pull_steps) for d in client.read_deployments() if d.tags
+                    ]
+                assert len(recorded) >= 8 and secret not in json.dumps(recorded, default=str)
+                assert all(p["params"]["database_url"] is None for p, _, _ in recorded), [p for p, _, _ in recorded]
+                fleet.start_workers("compute", 1, limit=None)
+                params = {"params": {"force": True, "user_id": "pw", "config_overrides": OVERRIDES, "fan_out": "local"}}
+                run = run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0)
+                deadline = time.monotonic() + 180
+                with get_client(sync_client=True) as client:
+                    while not (run := client.read_flow_run(run.id)).state.is_final() and time.monotonic() < deadline:
+                        time.sleep(1)
+                assert run.state.is_completed(), run.state
+                assert secret not in json.dumps(run.parameters)
+        flow_runs, skills = stored(url, "pw")
+        assert flow_runs == [str(run.id)] and skills == ["active"]
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

@@ -18,6 +18,7 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.storage.engine import recordable_url
 
 PoolOption = Annotated[str, typer.Option("--pool", help="Work pool of the deployments (created if missing).")]
 ControlPoolOption = Annotated[
@@ -114,6 +115,7 @@ def deploy_cmd(
         "deployments": names,
         "concurrency_limit": {"name": limit_name, "limit": partition_limit},
         "source": {"location": code.location, "git": code.git, "branch": code.branch, "commit": code.commit},
+        "database_url_recorded": recordable_url(url) is not None,
         "automations": installed,
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -125,6 +127,11 @@ def deploy_cmd(
         console.print(f"  {name}")
     console.print(f"global concurrency limit {limit_name} = {partition_limit}; automations: {', '.join(installed)}")
     console.print(f"workers load the flows from {code.describe()}")
+    if recordable_url(url) is None:
+        console.print(
+            "the database URL carries a password, which the deployments do not record (the UI would show it): "
+            "set SKILLFLOW_DATABASE_URL in every worker's environment"
+        )
     console.print(f"start workers with: prefect worker start --pool {pool}")
 
 

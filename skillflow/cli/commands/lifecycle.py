@@ -14,6 +14,7 @@ from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
 from skillflow.promotion.redact import clean_reason
+from skillflow.storage.engine import recordable_url
 from skillflow.storage.schema import skillbox
 from skillflow.storage.skills import InvalidTransition, SkillRecord, entered
 
@@ -201,7 +202,10 @@ def review_cmd(
     from prefect.settings import PREFECT_API_URL
 
     api = PREFECT_API_URL.value()
-    params = {"params": {"database_url": database_url(db), "skill_id": full, "timeout_seconds": timeout}}
+    # A password stays out of the run's parameters (the UI shows them): the run then reads its environment's URL.
+    params = {
+        "params": {"database_url": recordable_url(database_url(db)), "skill_id": full, "timeout_seconds": timeout}
+    }
     if not api:
         hint = (
             "No Prefect server is configured (PREFECT_API_URL is unset). Start one and the deployments with "
