@@ -120,3 +120,27 @@ def test_a_database_password_is_never_recorded_by_a_deployment() -> None:
     assert "s3cret" not in repr([d.parameters for d in served])
     plain = build_deployments("postgresql://u@db.example/skillflow")
     assert {d.parameters["params"]["database_url"] for d in plain} == {"postgresql://u@db.example/skillflow"}
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        "SKILLFLOW_OPENAI_API_KEY=sk-live-0123456789abcdef",
+        "PGPASSWORD=hunter2-hunter2",
+        "SKILLFLOW_LLM_BASE_URL=https://u:hunter2-hunter2@llm.example/v1",
+    ],
+)
+def test_the_cli_refuses_a_secret_in_env_since_the_deployments_would_show_it(tmp_path: Path, pair: str) -> None:
+    db = tmp_path / "never.db"
+    done = subprocess.run(
+        [str(BIN / "skillflow"), "deploy", "--pool", "p", "--db", f"sqlite:///{db}", "--env", pair],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": str(BIN), "PREFECT_API_URL": "http://127.0.0.1:9/api", "HOME": str(tmp_path)},
+    )
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a secret would be recorded in the deployments" in lines[0], done.stderr
+    assert "hunter2" not in done.stderr + done.stdout and "0123456789abcdef" not in done.stderr + done.stdout
+    assert not db.exists()

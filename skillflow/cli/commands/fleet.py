@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated
 
@@ -45,12 +46,21 @@ EnvOption = Annotated[
 ]
 
 
+# A variable named like a secret: the deployment records --env values and the Prefect UI shows them.
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw(?:or)?d|credential|auth")
+
+
 def _env(pairs: list[str] | None) -> dict[str, str]:
     out = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            fail(f"--env expects KEY=VALUE, got {pair!r}")
+            fail(f"--env expects KEY=VALUE, got {pair.partition('=')[0]!r}…")
+        if _SECRET_NAME.search(key) or recordable_url(value) is None:
+            fail(
+                f"--env {key}: a secret would be recorded in the deployments, which the Prefect UI shows; "
+                'set it in every worker\'s environment instead (docs/guide/ops.md, "Secrets")'
+            )
         out[key] = value
     return out
 
