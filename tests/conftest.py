@@ -115,6 +115,14 @@ def _pg_engine() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture
+def pg_schema_url() -> Iterator[str]:
+    """A fresh, empty schema on the PostgreSQL server: a URL whose search_path is that schema; dropped after."""
+    if not POSTGRES_DSN:
+        pytest.skip(PG_SKIP_REASON)
+    yield from _pg_engine()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database URL on each backend: empty (SQLite file; PostgreSQL schema), or, when the test also uses

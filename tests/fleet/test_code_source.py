@@ -13,21 +13,18 @@ import json
 import shutil
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.engine import make_url
 
 from flows.serve import PROJECT_ROOT
 from skillflow.lab.fleet import LocalFleet, unschedule
 from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import reports, skillbox
-from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN
-from tests.support.promotion import agent, record_cancel
+from tests.support.promotion import seed_cancels
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
 
@@ -52,15 +49,6 @@ def repository(at: Path) -> str:
     return at.as_uri()
 
 
-def seed(url: str, user: str) -> None:
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, user, i)
-    engine.dispose()
-
-
 def pull_steps(name: str) -> list[dict[str, Any]]:
     from prefect.client.orchestration import get_client
 
@@ -69,14 +57,19 @@ def pull_steps(name: str) -> list[dict[str, Any]]:
 
 
 def run_cycle(url: str, user: str) -> Any:
-    from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
 
     params = {"params": {"database_url": url, "force": True, "user_id": user, "config_overrides": OVERRIDES}}
-    run = run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0)
-    deadline = time.monotonic() + 180
+    return finished(run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0).id)
+
+
+def finished(run_id: Any, timeout: float = 180) -> Any:
+    """The flow run once final (or as it is after ``timeout`` seconds)."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        while not (run := client.read_flow_run(run.id)).state.is_final() and time.monotonic() < deadline:
+        while not (run := client.read_flow_run(run_id)).state.is_final() and time.monotonic() < deadline:
             time.sleep(1)
     return run
 
@@ -106,7 +99,7 @@ def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path
             ("git", ["--source", remote, "--branch", "fleet"]),
             ("dir", ["--source", str(worker_home)]),
         ):
-            seed(url, user)
+            seed_cancels(url, user)
             out = fleet.cli("deploy", "--pool", "compute", "--db", url, "--json", *source)
             deployed = json.loads(out[out.index("{") :])
             assert deployed["source"]["location"] == source[1] and deployed["source"]["git"] == (user == "git")
@@ -134,51 +127,35 @@ def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path
 
 
 @pytest.mark.postgres
-@pytest.mark.skipif(not POSTGRES_DSN, reason=PG_SKIP_REASON)
 @pytest.mark.usefixtures("offline_providers")
-def test_a_database_password_stays_out_of_the_deployments_and_the_runs_use_the_workers_url(tmp_path: Path) -> None:
+def test_a_database_password_stays_out_of_the_deployments_and_the_runs_use_the_workers_url(
+    tmp_path: Path, pg_schema_url: str
+) -> None:
     """``--db`` with a password: no deployment records it (the UI shows parameters and job variables); a run
     without a URL of its own reads the worker's ``SKILLFLOW_DATABASE_URL`` (trust auth here takes any password)."""
     from prefect.client.orchestration import get_client
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
 
-    assert POSTGRES_DSN
-    schema = f"pw_{uuid.uuid4().hex[:10]}"
-    admin = make_engine(POSTGRES_DSN).execution_options(isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in POSTGRES_DSN else "?"
-    url = f"{POSTGRES_DSN}{sep}options=-csearch_path%3D{schema}"
+    url = pg_schema_url
     secret = "s3cret-fleet-pw"
     with_password = make_url(url).set(password=secret).render_as_string(hide_password=False)
-    try:
-        seed(url, "pw")
-        env = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
-        with LocalFleet(tmp_path / "prefect", env={**env, "SKILLFLOW_DATABASE_URL": url}) as fleet:
-            out = fleet.cli("deploy", "--pool", "compute", "--db", with_password, "--json")
-            assert json.loads(out[out.index("{") :])["database_url_recorded"] is False
-            assert secret not in out
-            with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
-                unschedule()
-                with get_client(sync_client=True) as client:
-                    recorded = [
-                        (d.parameters, d.job_variables, d.pull_steps) for d in client.read_deployments() if d.tags
-                    ]
-                assert len(recorded) >= 8 and secret not in json.dumps(recorded, default=str)
-                assert all(p["params"]["database_url"] is None for p, _, _ in recorded), [p for p, _, _ in recorded]
-                fleet.start_workers("compute", 1, limit=None)
-                params = {"params": {"force": True, "user_id": "pw", "config_overrides": OVERRIDES, "fan_out": "local"}}
-                run = run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0)
-                deadline = time.monotonic() + 180
-                with get_client(sync_client=True) as client:
-                    while not (run := client.read_flow_run(run.id)).state.is_final() and time.monotonic() < deadline:
-                        time.sleep(1)
-                assert run.state.is_completed(), run.state
-                assert secret not in json.dumps(run.parameters)
-        flow_runs, skills = stored(url, "pw")
-        assert flow_runs == [str(run.id)] and skills == ["active"]
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    seed_cancels(url, "pw")
+    env = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
+    with LocalFleet(tmp_path / "prefect", env={**env, "SKILLFLOW_DATABASE_URL": url}) as fleet:
+        out = fleet.cli("deploy", "--pool", "compute", "--db", with_password, "--json")
+        assert json.loads(out[out.index("{") :])["database_url_recorded"] is False
+        assert secret not in out
+        with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
+            unschedule()
+            with get_client(sync_client=True) as client:
+                recorded = [(d.parameters, d.job_variables, d.pull_steps) for d in client.read_deployments() if d.tags]
+            assert len(recorded) >= 8 and secret not in json.dumps(recorded, default=str)
+            assert all(p["params"]["database_url"] is None for p, _, _ in recorded), [p for p, _, _ in recorded]
+            fleet.start_workers("compute", 1, limit=None)
+            params = {"params": {"force": True, "user_id": "pw", "config_overrides": OVERRIDES, "fan_out": "local"}}
+            run = finished(run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0).id)
+            assert run.state.is_completed(), run.state
+            assert secret not in json.dumps(run.parameters)
+    flow_runs, skills = stored(url, "pw")
+    assert flow_runs == [str(run.id)] and skills == ["active"]

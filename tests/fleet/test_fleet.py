@@ -37,6 +37,7 @@ from skillflow.storage.outbox import pending_count
 from skillflow.storage.schema import reports, shadow_observations, skillbox, workflow_memory
 from skillflow.storage.skills import list_skills, update_stats
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN
+from tests.support.llm import fleet_llm_env
 from tests.support.promotion import AGENT, agent, config, record_cancel, record_payment
 
 pytestmark = [
@@ -150,15 +151,7 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
     url, server_db = databases
     good, bad, skill_md = seed(url)
     llm, seen = provider({good: skill_md}, bad)
-    env = {
-        "SKILLFLOW_DATABASE_URL": url,
-        "SKILLFLOW_DISTILLER": "openai",
-        "SKILLFLOW_LLM_BASE_URL": f"http://127.0.0.1:{llm.server_address[1]}/v1",
-        "SKILLFLOW_OPENAI_API_KEY": "sk-fleet-test",
-        "SKILLFLOW_LLM_MAX_RETRIES": "0",
-        "SKILLFLOW_JUDGE": "offline",
-        "SKILLFLOW_EMBEDDER": "hashing",
-    }
+    env = fleet_llm_env(url, llm.server_address[1])
     started = time.monotonic()
     try:
         with LocalFleet(tmp_path / "prefect", env=env, server_db=server_db) as fleet:

@@ -20,10 +20,9 @@ from typing import Any
 import pytest
 
 from skillflow.lab.fleet import LocalFleet, unschedule
-from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import migrate
 from tasks.automations import CRASH_UNRESPONSIVE
-from tests.support.promotion import AGENT, agent, record_cancel
+from tests.support.llm import fleet_llm_env
+from tests.support.promotion import AGENT, seed_cancels
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
 
@@ -48,15 +47,6 @@ def silent_provider() -> tuple[ThreadingHTTPServer, threading.Event]:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, asked
-
-
-def seed(url: str) -> None:
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u00", i)
-    engine.dispose()
 
 
 def read(run_id: Any) -> Any:
@@ -90,20 +80,15 @@ def test_a_dead_machines_run_is_marked_crashed_and_its_parent_moves_on(tmp_path:
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
 
     url = f"sqlite:///{tmp_path / 'skillflow.db'}"
-    seed(url)
+    seed_cancels(url, "u00")
     llm, asked = silent_provider()
-    env = {
-        "SKILLFLOW_DATABASE_URL": url,
-        "SKILLFLOW_DISTILLER": "openai",
-        "SKILLFLOW_LLM_BASE_URL": f"http://127.0.0.1:{llm.server_address[1]}/v1",
-        "SKILLFLOW_OPENAI_API_KEY": "sk-fleet-test",
-        "SKILLFLOW_LLM_MAX_RETRIES": "0",
-        "SKILLFLOW_LLM_TIMEOUT_SECONDS": "300",
-        "SKILLFLOW_JUDGE": "offline",
-        "SKILLFLOW_EMBEDDER": "hashing",
-        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
-        "SKILLFLOW_FLEET_UNRESPONSIVE_SECONDS": str(UNRESPONSIVE_SECONDS),
-    }
+    env = fleet_llm_env(
+        url,
+        llm.server_address[1],
+        SKILLFLOW_LLM_TIMEOUT_SECONDS="300",
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY=str(HEARTBEAT_SECONDS),
+        SKILLFLOW_FLEET_UNRESPONSIVE_SECONDS=str(UNRESPONSIVE_SECONDS),
+    )
     try:
         with LocalFleet(tmp_path / "prefect", env=env) as fleet:
             out = fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", url, "--json")

@@ -12,7 +12,7 @@ from skillflow.promotion.gates import COVERED, UNKNOWN_CLASS
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import partition_state, reports, skill_events, skillbox, workflow_memory
-from tests.support.promotion import AGENT, agent, record_cancel, record_payment
+from tests.support.promotion import AGENT, agent, record_cancel, record_payment, seed_cancels
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("offline_providers")]
 
@@ -79,12 +79,7 @@ def test_cli_cycle_skills_show(prefect_harness: None, tmp_path: Path) -> None:
     from skillflow.cli import app
 
     url = f"sqlite:///{tmp_path / 'cli.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
-    engine.dispose()
+    seed_cancels(url, "u1")
     runner = CliRunner()
     bad = runner.invoke(app, ["cycle", "--db", url, "--set", "min_executionz=3"])
     assert bad.exit_code == 2 and "min_executionz" in bad.output

@@ -192,3 +192,18 @@ def evidence_with_key(key: str) -> Evidence:
         steps[-1] = {**steps[-1], "arguments": {**steps[-1].get("arguments", {}), key: "yes"}}
         runs.append(EvidenceRun(run.id, run.query, steps, run.outcome, run.created_at))
     return cancel_evidence(successes=runs)
+
+
+def fleet_llm_env(url: str, port: int, **extra: str) -> dict[str, str]:
+    """A fleet's environment whose runs distill with the real OpenAI SDK against a provider on 127.0.0.1:``port``
+    (no retries: a test's provider answers at once or on purpose never), judged offline, hashing embedder."""
+    return {
+        "SKILLFLOW_DATABASE_URL": url,
+        "SKILLFLOW_DISTILLER": "openai",
+        "SKILLFLOW_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "SKILLFLOW_OPENAI_API_KEY": "sk-fleet-test",
+        "SKILLFLOW_LLM_MAX_RETRIES": "0",
+        "SKILLFLOW_JUDGE": "offline",
+        "SKILLFLOW_EMBEDDER": "hashing",
+        **extra,
+    }

@@ -11,6 +11,8 @@ from sqlalchemy import Engine, func, select, true
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import utcnow
 from skillflow.runtime import Skillflow
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import metadata
 from tests.support import patient_capture
 
@@ -69,6 +71,16 @@ def record_cancel(sf: Skillflow, user: str, i: int, *, ok: bool = True, when: da
     )
     assert result.stored, result.error
     return result.canonical_hash or ""
+
+
+def seed_cancels(url: str, user: str, runs: int = 6) -> None:
+    """A migrated database at ``url`` holding ``runs`` successful cancel procedures of ``user``."""
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine)
+    for i in range(runs):
+        record_cancel(sf, user, i)
+    engine.dispose()
 
 
 def record_payment(sf: Skillflow, user: str, i: int, *, accepted: bool) -> str:
