@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -36,9 +37,14 @@ def recordable_url(url: str) -> str | None:
     environment it runs in (the worker's, or ``skillflow serve``'s). docs/guide/ops.md, "Secrets".
     """
     try:
-        return None if make_url(url).password else url
+        parsed = make_url(url)
     except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: nothing in it to hide, and it fails later
         return url
+    in_query = any(_SECRET_PARAM.search(key) for key in parsed.query)  # ?password=…, ?sslpassword=…
+    return None if parsed.password or in_query else url
+
+
+_SECRET_PARAM = re.compile(r"(?i)passw(?:or)?d|pwd|secret|token")  # not "sslkey": a path, shown as paths are
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:

@@ -111,7 +111,13 @@ def test_a_database_password_is_never_recorded_by_a_deployment() -> None:
 
     assert recordable_url("postgresql://u:s3cret@db.example/skillflow") is None
     assert recordable_url("oracle+oracledb://app:s3cret@db.example:1521/?service_name=X") is None
+    assert recordable_url("postgresql://u@db.example/skillflow?password=s3cret") is None
+    assert recordable_url("oracle+oracledb://app@db.example:1521/?wallet_password=s3cret") is None
+    assert recordable_url("postgresql://u@db/sf?sslkey=/k.pem") == "postgresql://u@db/sf?sslkey=/k.pem"
     assert recordable_url("postgresql://u@db.example/skillflow") == "postgresql://u@db.example/skillflow"
+    assert recordable_url("postgresql://u@db.example/x?options=-csearch_path%3Dsf") == (
+        "postgresql://u@db.example/x?options=-csearch_path%3Dsf"
+    )
     assert recordable_url("sqlite:///.skillflow/skillflow.db") == "sqlite:///.skillflow/skillflow.db"
     served = build_deployments("postgresql://u:s3cret@db.example/skillflow")  # `skillflow serve`
     assert served and all(d.parameters["params"]["database_url"] is None for d in served)
