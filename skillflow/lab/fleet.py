@@ -52,11 +52,17 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def _start_time(pid: int) -> str | None:
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, ppid, …), or None once it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def _start_time(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[19] if fields and len(fields) > 19 else None
 
 
 @contextlib.contextmanager
@@ -112,13 +118,9 @@ def process_tree(pid: int) -> list[int]:
     """``pid`` and every live descendant of it, parents first (read from ``/proc``)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = _stat(entry.name) if entry.name.isdigit() else None
+        if fields and len(fields) > 1:  # not gone meanwhile
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     out, stack = [], [pid]
     while stack:
         current = stack.pop()

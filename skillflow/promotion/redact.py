@@ -371,14 +371,15 @@ def _name_spans(view: str) -> list[tuple[int, int]]:
     # capital or a small letter by their case; one character each, so the offsets are the view's.
     shape = view if view.isascii() else "".join(_letter_case(ch) for ch in view)
     for m in _CAPITALIZED.finditer(shape):
-        words = view[m.start() : m.end()].split()
+        run = view[m.start() : m.end()]
+        words = run.split()
         k = m.start() - 1
         while k >= 0 and view[k].isspace():  # the character before the run, past whitespace (not a slice)
             k -= 1
         opener = k < 0 or view[k] in ".!?\n\"'(:;"
         if opener and words[0].lower() in _NOT_NAMES:
             if len(words) > 1 and not all(w.lower() in _NOT_NAMES for w in words[1:]):
-                spans.append((m.start() + view[m.start() : m.end()].index(words[1], len(words[0])), m.end()))
+                spans.append((m.start() + run.index(words[1], len(words[0])), m.end()))  # all but the opener
             continue
         if all(w.lower() in _NOT_NAMES for w in words):
             continue

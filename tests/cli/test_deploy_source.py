@@ -138,3 +138,8 @@ def test_the_cli_refuses_a_secret_in_env_since_the_deployments_would_show_it(tmp
     line = refused_deploy(tmp_path, "--env", pair)
     assert "a secret would be recorded in the deployments" in line, line
     assert "hunter2" not in line and "0123456789abcdef" not in line
+
+
+def test_a_malformed_env_argument_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    line = refused_deploy(tmp_path, "--env", "sk-live-0123456789abcdef")  # the key forgotten: the value alone
+    assert "--env expects KEY=VALUE" in line and "0123456789abcdef" not in line, line

@@ -55,7 +55,8 @@ def _env(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            fail(f"--env expects KEY=VALUE, got {pair.partition('=')[0]!r}…")
+            # never echo the argument: without its '=' it may be the secret itself
+            fail("--env expects KEY=VALUE, got an empty KEY" if sep else "--env expects KEY=VALUE, got no '='")
         if _SECRET_NAME.search(key) or recordable_url(value) is None:
             fail(
                 f"--env {key}: a secret would be recorded in the deployments, which the Prefect UI shows; "
@@ -119,13 +120,14 @@ def deploy_cmd(
     limit_name = FleetSettings().concurrency_limit
     ensure_limit(limit_name, partition_limit)
     names = deploy_to_pool(pool, url, control_pool, extra, code)
+    recorded = recordable_url(url) is not None  # else the workers' own SKILLFLOW_DATABASE_URL names the database
     installed = {k: str(v) for k, v in install_automations().items()} if automations else {}
     result = {
         "pools_created": sorted(created),
         "deployments": names,
         "concurrency_limit": {"name": limit_name, "limit": partition_limit},
         "source": {"location": code.location, "git": code.git, "branch": code.branch, "commit": code.commit},
-        "database_url_recorded": recordable_url(url) is not None,
+        "database_url_recorded": recorded,
         "automations": installed,
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -137,7 +139,7 @@ def deploy_cmd(
         console.print(f"  {name}")
     console.print(f"global concurrency limit {limit_name} = {partition_limit}; automations: {', '.join(installed)}")
     console.print(f"workers load the flows from {code.describe()}")
-    if recordable_url(url) is None:
+    if not recorded:
         console.print(
             "the database URL carries a password, which the deployments do not record (the UI would show it): "
             "set SKILLFLOW_DATABASE_URL in every worker's environment"
