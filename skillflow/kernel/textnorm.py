@@ -7,7 +7,7 @@ that look Latin folded to Latin, every digit of any script (superscript, circled
 digit, every space separator a plain space. ``hidden_kinds`` names the
 characters a stored skill may not carry at all (tag, bidi, zero-width/format, variation selector,
 control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one; ``unmark`` removes
-markup inside words and joins words broken across lines; ``readings`` is the text and both.
+markup inside words and joins words broken across lines; ``readings`` is the text and each of those.
 """
 
 from __future__ import annotations
@@ -105,12 +105,15 @@ def fold_map(text: str) -> tuple[str, list[int]]:
 
 
 _SPACED_OUT = re.compile(r"(?<!\w)(?:\w[ \t])+\w(?!\w)")
+# Every character spaced out, punctuation too: "h t t p s : / / e v i l . e x a m p l e" is one address.
+_SPACED_OUT_ALL = re.compile(r"(?<!\S)(?:\S[ \t])+\S(?!\w)")
 
 
-def unspace(text: str) -> str:
+def unspace(text: str, punctuation: bool = False) -> str:
     """``text`` with runs of two or more single letters or digits separated by single spaces joined
-    (``i g n o r e`` → ``ignore``; a wider gap stays a word break): the checks read both forms."""
-    return _SPACED_OUT.sub(lambda m: "".join(m.group(0).split()), text)
+    (``i g n o r e`` → ``ignore``; a wider gap stays a word break): the checks read both forms. With
+    ``punctuation``, single marks join the run too (``r e c o r d s @ a u d i t . e x a m p l e``)."""
+    return (_SPACED_OUT_ALL if punctuation else _SPACED_OUT).sub(lambda m: "".join(m.group(0).split()), text)
 
 
 # Markup a model reads through when it sits inside a word: emphasis, strike and code marks (``ig**no**re``,
@@ -137,10 +140,10 @@ def unmark(text: str, breaks: bool = False) -> str:
 
 
 def readings(text: str) -> list[str]:
-    """``text`` and each other form a reader may see in it (``unspace``, ``unmark`` without and with line
-    breaks joined), without repeats."""
+    """``text`` and each other form a reader may see in it (``unspace`` of letters and digits, and of every
+    mark too; ``unmark`` without and with line breaks joined), without repeats."""
     out = [text]
-    for form in (unspace(text), unmark(text), unmark(text, breaks=True)):
+    for form in (unspace(text), unspace(text, punctuation=True), unmark(text), unmark(text, breaks=True)):
         if form not in out:
             out.append(form)
     return out

@@ -37,6 +37,8 @@ _BACKTICKED_CALL = re.compile(r"\b(?:call|calls|calling|invoke|invoking|run|use|
 _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_.:-]*)`")
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
 _WHEN_NOT = re.compile(r"when\s+not\s+to\s+apply", re.IGNORECASE)
+_DIGIT_MARK = re.compile(r"(?<=\d)[*_~`](?=\d)")
+_JOINED_KINDS = frozenset({"card", "account", "phone"})
 CHECKS = (
     "size",
     "frontmatter",
@@ -200,8 +202,14 @@ def _machine_checks(
 
 def _literals(text: str, names: set[str]) -> list[Finding]:
     """``literal_findings`` of the folded text and of its other readings: spaced out (``4 1 1 1 …``), markup
-    inside words or a word broken across lines (``4**1**11``, ``CUST88\n213ZK``)."""
-    return [f for form in readings(text) for f in literal_findings(form, names)]
+    inside words or a word broken across lines (``4**1**11``, ``CUST88\n213ZK``); and, with every single mark
+    between digits removed (``4*11*1``, ``4_11_1``), the cards, bank accounts and phone numbers only (``25*3``
+    and ``1*2*4*8`` stay arithmetic)."""
+    out = [f for form in readings(text) for f in literal_findings(form, names)]
+    joined = _DIGIT_MARK.sub("", text)
+    if joined != text:
+        out.extend(f for f in literal_findings(joined, names) if f.kind in _JOINED_KINDS)
+    return out
 
 
 def class_tools(evidence: Evidence) -> set[str]:
