@@ -105,8 +105,8 @@ class PromotionConfig(BaseModel):
     )
     promote_read_only_classes: bool = Field(
         False,
-        description="Gate: also promote a class without a state-changing call when the agent has declared a "
-        "state-changing tool (an agent that declared none always keeps them eligible)",
+        description="Gate: also promote a class without a state-changing call when the tenant changes state (a "
+        "tenant whose tools are all declared read-only, or all read by name, always keeps them eligible)",
     )
     promote_handoff_classes: bool = Field(
         False,

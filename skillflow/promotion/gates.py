@@ -84,9 +84,12 @@ def handoff_problem(tools: Iterable[str], handoffs: Collection[str]) -> str | No
     return f"{HANDOFF_CLASS} ({', '.join(handing)})" if handing else None
 
 
-def read_only_gated(declared: Mapping[str, bool] | None) -> bool:
-    """Whether the read-only gate applies: the agent declared at least one tool state-changing."""
-    return declared is not None and any(declared.values())
+def read_only_gated(declared: Mapping[str, bool] | None, tools: Iterable[str] = ()) -> bool:
+    """Whether the read-only gate applies: the tenant changes state. A tool it declared state-changing, or one of
+    ``tools`` (those it registered and those its classes call) that changes state by its declared flag, else the
+    tool-name verb rule. A tenant whose every tool is declared read-only, or reads by name, changes nothing."""
+    flags = declared or {}
+    return any(flags.values()) or any(changes_state(t, flags) for t in tools)
 
 
 def evaluate_gates(
@@ -96,15 +99,17 @@ def evaluate_gates(
     live_skill: bool,
     declared: Mapping[str, bool] | None = None,
     handoffs: Collection[str] = (),
+    tools: Iterable[str] = (),
 ) -> GateResult:
     """All gates of one class; the first failing gate (docs/design.md, Promotion) is the reported reason.
 
     ``declared`` is the agent's declared state-changing flags (``storage.skills.declared_state_changes``);
     without it the trivial gate uses the tool-name verb rule. The read-only gate (a class without a
-    state-changing call) applies only when ``declared`` flags at least one tool state-changing: an agent that
-    declared none (or declared every tool read-only) keeps read-only classes eligible. ``handoffs`` are the
-    tools the agent declared hand-offs (``storage.skills.declared_handoffs``): a class calling one is held back
-    unless ``promote_handoff_classes``.
+    state-changing call) applies when the tenant changes state (:func:`read_only_gated` over ``declared`` and
+    ``tools``, the tenant's tools: those the agent registered and those its classes call): only a tenant that
+    declared every tool read-only, or whose tools all read by name, keeps read-only classes eligible.
+    ``handoffs`` are the tools the agent declared hand-offs (``storage.skills.declared_handoffs``): a class
+    calling one is held back unless ``promote_handoff_classes``.
     """
     days = whole_days_since(stats.last_seen, now)
     ordered: list[tuple[str, bool, str]] = [
@@ -112,7 +117,9 @@ def evaluate_gates(
         ("not_trivial", config.promote_trivial_classes or not is_trivial(stats, declared), TRIVIAL),
         (
             "read_only",
-            config.promote_read_only_classes or not read_only_gated(declared) or not is_read_only(stats, declared),
+            config.promote_read_only_classes
+            or not is_read_only(stats, declared)
+            or not read_only_gated(declared, tools),
             READ_ONLY_CLASS,
         ),
         (

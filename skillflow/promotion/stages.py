@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, func, select
 
+from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
 from skillflow.kernel.models import ClassStats, SkillStatus
 from skillflow.promotion.distill import DistillOutcome
@@ -36,6 +37,7 @@ from skillflow.storage.skills import (
     last_retired,
     next_version,
     tenant_filter,
+    tenant_tools,
 )
 
 log = logging.getLogger("skillflow.promotion.stages")
@@ -135,6 +137,8 @@ def assess_classes(
     with engine.connect() as conn:
         declared = declared_state_changes(conn, agent_id)
         handoffs = declared_handoffs(conn, agent_id)
+        tools = tenant_tools(conn, agent_id, None if canonical_hash is None else user_id)
+        tools.update(t for s in stats for t in sequence_tools(s.tool_sequence))
         waits: dict[str, int] = {}
         fresh: dict[str, int] = {}
         if respect_backoff:
@@ -147,7 +151,9 @@ def assess_classes(
             waits = {r[0]: int(r[1]) for r in rows}
     out = []
     for s in stats:
-        gate = evaluate_gates(s, config, now, live_skill=s.canonical_hash in live, declared=declared, handoffs=handoffs)
+        gate = evaluate_gates(
+            s, config, now, live_skill=s.canonical_hash in live, declared=declared, handoffs=handoffs, tools=tools
+        )
         backoff = None
         if gate.eligible and s.canonical_hash in waits:
             backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"

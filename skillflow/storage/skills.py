@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, RowMapping, and_, func, insert, select, update
 
+from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
 from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
 
@@ -440,6 +441,18 @@ def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:
         agent_tools.c.agent_id == agent_id, agent_tools.c.changes_state.is_not(None)
     )
     return {str(name): bool(flag) for name, flag in conn.execute(q)}
+
+
+def tenant_tools(conn: Connection, agent_id: str, user_id: str | None = None) -> set[str]:
+    """The agent's registered tools and, with ``user_id``, every tool the tenant's runs call (their distinct tool
+    sequences, aggregated in SQL: one row per class): what the read-only gate asks "does this tenant change
+    state?" of (:func:`skillflow.promotion.gates.read_only_gated`)."""
+    tools = set(conn.execute(select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id)).scalars())
+    if user_id is not None:
+        wm = workflow_memory.c
+        q = select(wm.tool_sequence).where(wm.agent_id == agent_id, wm.user_id == user_id).distinct()
+        tools.update(t for (seq,) in conn.execute(q) for t in sequence_tools(seq))
+    return tools
 
 
 def declared_handoffs(conn: Connection, agent_id: str) -> frozenset[str]:

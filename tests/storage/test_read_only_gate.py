@@ -1,5 +1,6 @@
-"""No read-only skills by default: a class without a state-changing call is not promoted once the agent has
-declared a state-changing tool; an agent that declared none keeps read-only classes eligible."""
+"""No read-only skills by default: a class without a state-changing call is not promoted when the tenant changes
+state (a tool declared state-changing, or one it registered or calls that writes by the tool-name verb rule); a
+tenant that declared every tool read-only, or whose tools all read by name, keeps read-only classes eligible."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import Step
-from skillflow.promotion.cycle import run_partition
+from skillflow.promotion.cycle import promote_class, run_partition
 from skillflow.promotion.gates import READ_ONLY_CLASS
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import workflow_memory
 
 CONFIG = PromotionConfig(min_executions=3, promotion_every_n_runs=0)
-TOOLS = ["get_user_details", "get_reservation_details", "cancel_reservation"]
+READS = ["get_user_details", "get_reservation_details"]
+TOOLS = [*READS, "cancel_reservation"]
 LOOKUP = [
     Step("get_user_details", {"user_id": "mia_1"}, {"name": "Mia"}),
     Step("get_reservation_details", {"reservation_id": "ZQ1"}, {"status": "booked"}),
@@ -21,12 +23,15 @@ LOOKUP = [
 CANCEL = [*LOOKUP, Step("cancel_reservation", {"reservation_id": "ZQ1"}, {"status": "cancelled"})]
 
 
-def _seed(engine: Engine, state_changing: dict[str, bool] | None) -> None:
+def _seed(
+    engine: Engine, state_changing: dict[str, bool] | None, *, tools: list[str] = TOOLS, cancel: bool = True
+) -> None:
     sf = Skillflow(agent_id="a1", engine=engine, config=CONFIG)
-    sf.register_tools(TOOLS, state_changing=state_changing)
+    sf.register_tools(tools, state_changing=state_changing)
     for i in range(3):
         assert sf.record_run(f"what is on my booking {i}", "u1", LOOKUP, strict=True).stored
-        assert sf.record_run(f"cancel my booking {i}", "u1", CANCEL, strict=True).stored
+        if cancel:
+            assert sf.record_run(f"cancel my booking {i}", "u1", CANCEL, strict=True).stored
 
 
 def _table(engine: Engine, config: PromotionConfig = CONFIG) -> dict[str, tuple[bool, str | None]]:
@@ -52,9 +57,31 @@ def test_read_only_class_is_not_promoted_when_the_agent_declared_a_write(engine:
     assert sum(1 for _, reason in report.skipped if reason == READ_ONLY_CLASS) == 1
 
 
-def test_read_only_class_stays_eligible_without_a_declared_write(engine: Engine) -> None:
-    _seed(engine, None)  # no declaration at all: the verb rule segments, read-only classes stay eligible
+def test_read_only_class_is_not_promoted_by_default(engine: Engine) -> None:
+    _seed(engine, None)  # tools registered without flags (README's first example): the verb rule reads a write
+    assert _table(engine)["lookup"] == (False, READ_ONLY_CLASS)
+
+
+def test_read_only_class_is_not_promoted_when_the_tenant_only_calls_a_write(engine: Engine) -> None:
+    _seed(engine, None, tools=READS)  # the write is not registered: it is seen in the tenant's own classes
+    assert _table(engine)["lookup"] == (False, READ_ONLY_CLASS)
+
+
+def test_read_only_classes_stay_eligible_for_a_tenant_whose_tools_all_read(engine: Engine) -> None:
+    _seed(engine, None, tools=READS, cancel=False)  # a look-up agent: every tool reads by name
     assert _table(engine)["lookup"] == (True, None)
+
+
+def test_one_class_distilled_alone_is_gated_on_the_tenants_tools(engine: Engine) -> None:
+    _seed(engine, None, tools=READS)
+    with engine.connect() as conn:
+        lookup = conn.execute(
+            select(workflow_memory.c.canonical_hash).where(
+                workflow_memory.c.tool_sequence == "get_user_details > get_reservation_details"
+            )
+        ).scalars().first()
+    report = promote_class(engine, "a1", "u1", lookup, CONFIG, dry_run=True)  # "Distill now" of that class
+    assert [g.reason for g in report.gates] == [READ_ONLY_CLASS]
 
 
 def test_declaring_every_tool_read_only_keeps_read_only_classes_eligible(engine: Engine) -> None:

@@ -135,7 +135,7 @@ def test_a_single_read_only_call_is_trivial_unless_allowed_or_declared() -> None
         assert evaluate_gates(replace(stats(), tool_sequence=sequence), CFG, NOW, live_skill=False).eligible
 
 
-def test_read_only_gate_applies_only_after_a_declared_write() -> None:
+def test_read_only_gate_applies_when_the_tenant_changes_state() -> None:
     from dataclasses import replace
 
     from skillflow.promotion.gates import READ_ONLY_CLASS
@@ -145,7 +145,10 @@ def test_read_only_gate_applies_only_after_a_declared_write() -> None:
     declared = {"cancel_reservation": True}
     assert evaluate_gates(reads, CFG, NOW, False, declared).reasons == [READ_ONLY_CLASS]
     assert evaluate_gates(write, CFG, NOW, False, declared).eligible
-    assert evaluate_gates(reads, CFG, NOW, False, None).eligible  # nothing declared: eligible
+    assert evaluate_gates(reads, CFG, NOW, False, None).eligible  # nothing declared, no tool of the tenant writes
+    # Nothing declared: a tool the tenant registered or calls that writes by its name makes it a tenant that writes.
+    assert evaluate_gates(reads, CFG, NOW, False, None, tools=["cancel_reservation"]).reasons == [READ_ONLY_CLASS]
+    assert evaluate_gates(reads, CFG, NOW, False, {"cancel_reservation": False}, tools=["cancel_reservation"]).eligible
     assert evaluate_gates(reads, CFG, NOW, False, {"cancel_reservation": False}).eligible  # declared no write
     # A tool the agent declared state-changing makes a class with a read verb a procedure with a write.
     assert evaluate_gates(reads, CFG, NOW, False, {"get_reservation_details": True}).eligible
