@@ -34,7 +34,7 @@ from skillflow.kernel.config import PromotionConfig, continual_learning_default,
 from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
 from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
-from skillflow.storage.migrations import require_current
+from skillflow.storage.migrations import SchemaNewer, require_current
 from skillflow.storage.schema import agent_tools, workflow_memory
 
 log = logging.getLogger("skillflow.runtime")
@@ -117,6 +117,8 @@ class Skillflow:
         try:  # an unmigrated or outdated database fails here, naming `skillflow migrate`
             with deadline(self.engine, self._timeout):
                 require_current(self.engine)
+        except SchemaNewer as exc:  # capture and prepare go on (learning never stops the agent); the pipeline refuses
+            log.warning("%s; capture and prepare go on meanwhile", exc)
         except OperationalError:
             log.warning("database unreachable at start-up: runs spool until it is back")
             self._went_down()

@@ -252,17 +252,47 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 
+class SchemaOutdated(RuntimeError):
+    """The database lacks migrations this code needs; the message names the command that applies them."""
+
+
+class SchemaNewer(SchemaOutdated):
+    """The database holds migrations this code does not know: this process runs an older skillflow."""
+
+
 def applied_versions(engine: Engine) -> set[int]:
+    return set(applied(engine))
+
+
+def applied(engine: Engine) -> dict[int, str]:
+    """Version → name of every migration recorded in the database (empty before the first)."""
     with engine.connect() as conn:
         if not inspect(conn).has_table("schema_migrations"):
-            return set()
-        return {row[0] for row in conn.execute(select(schema_migrations.c.version))}
+            return {}
+        return {int(v): str(n) for v, n in conn.execute(select(schema_migrations.c.version, schema_migrations.c.name))}
+
+
+def require_known(engine: Engine, recorded: dict[int, str] | None = None) -> None:
+    """Fail when the database holds a migration this code does not know (:class:`SchemaNewer`): a newer
+    skillflow migrated it, and this older one would write rows without what those migrations guard."""
+    recorded = applied(engine) if recorded is None else recorded
+    known = {m.version for m in MIGRATIONS}
+    newer = [name for version, name in sorted(recorded.items()) if version not in known]
+    if newer:
+        url = engine.url.render_as_string(hide_password=True)
+        raise SchemaNewer(
+            f"database {url} was migrated by a newer skillflow (it has {', '.join(newer)}, which this one does not "
+            "know): upgrade skillflow here to the version that migrated it (docs/guide/ops.md, \"Upgrading a fleet\")"
+        )
 
 
 def migrate(engine: Engine) -> list[str]:
-    """Apply pending migrations in order; each is re-runnable and recorded. Returns the names applied."""
-    done = applied_versions(engine)
-    applied: list[str] = []
+    """Apply pending migrations in order; each is re-runnable and recorded. Returns the names applied. A database
+    a newer skillflow migrated is refused (:func:`require_known`), never half-migrated by an older one."""
+    recorded = applied(engine)
+    require_known(engine, recorded)
+    done = set(recorded)
+    applied_now: list[str] = []
     for mig in MIGRATIONS:
         if mig.version in done:
             continue
@@ -270,8 +300,8 @@ def migrate(engine: Engine) -> list[str]:
             schema_migrations.create(conn, checkfirst=True)
             mig.apply(conn)
             conn.execute(insert(schema_migrations).values(version=mig.version, name=mig.name, applied_at=utcnow()))
-        applied.append(mig.name)
-    return applied
+        applied_now.append(mig.name)
+    return applied_now
 
 
 def migrate_database(url: str) -> tuple[list[str], list[str]]:
@@ -287,15 +317,13 @@ def migrate_database(url: str) -> tuple[list[str], list[str]]:
     return applied, [m.name for m in MIGRATIONS if m.version in versions and m.name not in applied]
 
 
-class SchemaOutdated(RuntimeError):
-    """The database lacks migrations this code needs; the message names the command that applies them."""
-
-
 def require_current(engine: Engine) -> None:
-    """Fail at once, naming ``skillflow migrate``, when ``engine``'s database is unmigrated or behind."""
-    done = applied_versions(engine)
-    missing = [m.name for m in MIGRATIONS if m.version not in done]
+    """Fail at once when ``engine``'s database is unmigrated or behind (naming ``skillflow migrate``), or was
+    migrated by a newer skillflow (:class:`SchemaNewer`, naming the upgrade)."""
+    recorded = applied(engine)
+    missing = [m.name for m in MIGRATIONS if m.version not in recorded]
     if missing:
         url = engine.url.render_as_string(hide_password=True)
-        state = "has no skillflow schema" if not done else f"is behind (missing {', '.join(missing)})"
+        state = "has no skillflow schema" if not recorded else f"is behind (missing {', '.join(missing)})"
         raise SchemaOutdated(f"database {url} {state}: run `skillflow migrate --db {url}` first")
+    require_known(engine, recorded)
