@@ -282,7 +282,7 @@ def require_known(engine: Engine, recorded: dict[int, str] | None = None) -> Non
         url = engine.url.render_as_string(hide_password=True)
         raise SchemaNewer(
             f"database {url} was migrated by a newer skillflow (it has {', '.join(newer)}, which this one does not "
-            "know): upgrade skillflow here to the version that migrated it (docs/guide/ops.md, \"Upgrading a fleet\")"
+            'know): upgrade skillflow here to the version that migrated it (docs/guide/ops.md, "Upgrading a fleet")'
         )
 
 

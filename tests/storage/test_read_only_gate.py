@@ -75,11 +75,15 @@ def test_read_only_classes_stay_eligible_for_a_tenant_whose_tools_all_read(engin
 def test_one_class_distilled_alone_is_gated_on_the_tenants_tools(engine: Engine) -> None:
     _seed(engine, None, tools=READS)
     with engine.connect() as conn:
-        lookup = conn.execute(
-            select(workflow_memory.c.canonical_hash).where(
-                workflow_memory.c.tool_sequence == "get_user_details > get_reservation_details"
+        lookup = (
+            conn.execute(
+                select(workflow_memory.c.canonical_hash).where(
+                    workflow_memory.c.tool_sequence == "get_user_details > get_reservation_details"
+                )
             )
-        ).scalars().first()
+            .scalars()
+            .first()
+        )
     report = promote_class(engine, "a1", "u1", lookup, CONFIG, dry_run=True)  # "Distill now" of that class
     assert [g.reason for g in report.gates] == [READ_ONLY_CLASS]
 
