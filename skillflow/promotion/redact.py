@@ -81,6 +81,15 @@ _NAME_CUE = re.compile(
 )
 
 
+# "function name: login", "file name: report": the name of a thing a program has, not a person's.
+_THING_NAMES = frozenset(
+    "function tool method file folder directory field column table host key param parameter variable class module "
+    "package api endpoint event queue bucket project repo repository branch domain server service model command "
+    "attribute property index schema database".split()
+)
+_WORD_BEFORE = re.compile(r"([^\W\d_]+)[ \t]*$")
+
+
 class RedactionError(RuntimeError):
     """A literal would have left the redaction boundary; nothing is sent."""
 
@@ -349,6 +358,9 @@ def _cued_names(view: str) -> list[tuple[int, int]]:
     """The name after each cue (``my name is …``), without the words after it that are not a name's."""
     spans = []
     for m in _NAME_CUE.finditer(view):
+        before = _WORD_BEFORE.search(view, max(0, m.start() - 40), m.start())
+        if before is not None and before.group(1).lower() in _THING_NAMES:
+            continue
         words = m.group("name").split()
         kept = list(itertools.takewhile(lambda w: w.lower() not in _NAME_ENDS, words))
         if kept:

@@ -126,6 +126,19 @@ def test_a_cue_takes_only_the_words_of_a_name() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["No such function name: login", "file name: report", "column name: status", "Unknown tool name: refund"],
+)
+def test_the_name_of_a_function_file_or_column_is_not_a_persons(text: str) -> None:
+    assert redact_query(text) == text
+
+
+def test_a_name_cue_after_another_word_still_takes_the_name() -> None:
+    assert redact_query("passenger name: Ivan Smith") == "passenger name: <name>"
+    assert redact_query("contact name: ava li, please") == "contact name: <name>, please"
+
+
 def test_openers_stay_words_whatever_their_script() -> None:
     assert redact_query("Function：Delete the old one") == "Function：Delete the old one"  # a fullwidth colon
 
