@@ -82,11 +82,12 @@ _NAME_CUE = re.compile(
 
 
 # "function name: login", "file name: report": the name of a thing a program has, not a person's.
-_THING_NAMES = frozenset(
+_THING_NAMES_TEXT = (
     "function tool method file folder directory field column table host key param parameter variable class module "
     "package api endpoint event queue bucket project repo repository branch domain server service model command "
-    "attribute property index schema database".split()
+    "attribute property index schema database"
 )
+_THING_NAMES = frozenset(_THING_NAMES_TEXT.split())
 _WORD_BEFORE = re.compile(r"([^\W\d_]+)[ \t]*$")
 
 
