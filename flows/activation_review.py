@@ -19,6 +19,7 @@ from tasks.common import flow_run_id, run_name
 from tasks.events import emit_review
 from tasks.review import (
     apply_decision,
+    earlier_answer,
     leave_expired_pause,
     load_decision,
     load_review,
@@ -92,7 +93,24 @@ def pause_key(evidence: ReviewEvidence) -> str:
     attempt's pause of the same number stored instead of pausing: an answer about the revision that attempt showed
     (applied to whatever revision this one loaded), or nothing when it timed out, which fails the run. A fresh key
     asks the reviewer about what this attempt shows, however the run is retried (docs/RELIABILITY.md)."""
-    return f"review-r{evidence.revision}-{uuid4().hex[:12]}"
+    return f"{pause_prefix(evidence)}{uuid4().hex[:12]}"
+
+
+def pause_prefix(evidence: ReviewEvidence) -> str:
+    """The start of every pause key of the revision ``evidence`` shows (the ``-`` keeps r1 apart from r10)."""
+    return f"review-r{evidence.revision}-"
+
+
+def _answer_given(run_id: str | None, evidence: ReviewEvidence, url: str | None) -> ReviewDecision | None:
+    """The reviewer's answer about this revision that an earlier attempt of this run stored and did not apply, as
+    the form reads it; None when there is none or it no longer fits the form."""
+    stored = earlier_answer(run_id, pause_prefix(evidence))
+    if stored is None:
+        return None
+    try:
+        return review_form(evidence, url)(**stored)
+    except (pydantic.ValidationError, TypeError):
+        return None
 
 
 def _not_awaiting(evidence: ReviewEvidence, reasons: list[str], decision: str = "none") -> ReviewOutcome:
@@ -120,19 +138,25 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
         if evidence.status not in AWAITING_REVIEW:
             logger.info("skill %s is %s: not awaiting review", evidence.skill_id, evidence.status)
             return _not_awaiting(evidence, [f"a {evidence.status} skill is not awaiting review"])
-        logger.info("waiting for a review of skill %s revision %d", evidence.skill_id, evidence.revision)
-        try:
-            answer = pause_flow_run(
-                wait_for_input=review_form(evidence, url),
-                timeout=params.timeout_seconds,
-                poll_interval=params.poll_interval_seconds,
-                key=pause_key(evidence),
-            )
-        except FlowPauseTimeout:
-            record_timeout(params.database_url, params.skill_id, run_id)
-            leave_expired_pause(run_id)  # else Prefect fails the run when it completes
-            logger.info("review of skill %s timed out: it stays in shadow", evidence.skill_id)
-            return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
+        # A retry (round 0) first looks for the answer an earlier attempt got about this revision and did not live to
+        # apply (its process died: a lost machine, a kill while applying); later rounds show a new revision.
+        answer = _answer_given(run_id, evidence, url) if round_ == 0 else None
+        if answer is not None:
+            logger.info("applying the answer an earlier attempt got for revision %d", evidence.revision)
+        else:
+            logger.info("waiting for a review of skill %s revision %d", evidence.skill_id, evidence.revision)
+            try:
+                answer = pause_flow_run(
+                    wait_for_input=review_form(evidence, url),
+                    timeout=params.timeout_seconds,
+                    poll_interval=params.poll_interval_seconds,
+                    key=pause_key(evidence),
+                )
+            except FlowPauseTimeout:
+                record_timeout(params.database_url, params.skill_id, run_id)
+                leave_expired_pause(run_id)  # else Prefect fails the run when it completes
+                logger.info("review of skill %s timed out: it stays in shadow", evidence.skill_id)
+                return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
         outcome = apply_decision(
             params.database_url, params.skill_id, answer.decision, answer.reviewer, answer.reason, config, run_id,
             evidence.revision, answer.skill_md if answer.decision == "edit" else None,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from typing import Any
 from uuid import UUID
 
 from prefect import get_run_logger, task
@@ -128,3 +130,30 @@ def leave_expired_pause(flow_run_id: str | None) -> None:
             )
     except Exception as exc:  # noqa: BLE001 - the outcome is recorded; only the run's final state is at stake
         log.warning("could not leave the expired pause: %s", type(exc).__name__)
+
+
+def earlier_answer(flow_run_id: str | None, key_prefix: str) -> dict[str, object] | None:
+    """The newest answer a reviewer gave to an earlier attempt of this flow run under a pause key starting with
+    ``key_prefix`` (the revision it showed), which that attempt did not live to apply; None when there is none.
+
+    Only called before a pause, after ``load_decision`` found no decision of this run: an answer about the revision
+    the run now shows, stored by the Prefect server when the reviewer resumed a run whose process then died (its
+    machine lost, or the run killed while applying it). Reading it back spares the reviewer a second answer; an
+    answer about another revision (an edit landed since) is never read (docs/RELIABILITY.md). Never raises: any
+    failure to read asks the reviewer again, as a pause does.
+    """
+    if not flow_run_id:
+        return None
+    try:
+        from prefect.input.actions import filter_flow_run_input
+
+        found: Any = filter_flow_run_input(key_prefix=f"paused-{key_prefix}", limit=100, flow_run_id=UUID(flow_run_id))
+        responses = sorted((i for i in found if i.key.endswith("-response")), key=lambda i: i.created or 0)
+        if not responses:
+            return None
+        value = responses[-1].value
+        answer = json.loads(value) if isinstance(value, str) else value
+        return answer if isinstance(answer, dict) else None
+    except Exception as exc:  # noqa: BLE001 - the reviewer is asked again
+        log.warning("could not read an earlier answer of this review: %s", type(exc).__name__)
+        return None

@@ -266,12 +266,12 @@ CASES = [
     ("timeout", "timeout-open", "orchestrated", [1], [1]),
     ("timeout", "timeout-open", "forced", [1], [1]),
     ("timeout", "timeout-committed", "orchestrated", [1], []),
-    ("edit", "edit-open", "orchestrated", [1], [1, 2]),
-    ("edit", "edit-open", "forced", [1], [1, 2]),
+    ("edit", "edit-open", "orchestrated", [1], [2]),  # the edit answered, not committed: read back, applied
+    ("edit", "edit-open", "forced", [1], [2]),
     ("edit", "edit-committed", "orchestrated", [1], [2]),
     ("edit", "edit-event", "orchestrated", [1], [2]),
-    ("edit", "activate-open", "orchestrated", [1, 2], [2]),
-    ("edit", "activate-open", "forced", [1, 2], [2]),
+    ("edit", "activate-open", "orchestrated", [1, 2], []),  # likewise the activation of revision 2
+    ("edit", "activate-open", "forced", [1, 2], []),
     ("edit", "activate-committed", "orchestrated", [1, 2], []),
     ("edit", "activate-event", "orchestrated", [1, 2], []),
     ("reject", "event", "orchestrated", [1], []),
@@ -293,8 +293,9 @@ def test_review_killed_on_its_path_then_retried_equals_a_clean_run(
     asked_again: list[int],
 ) -> None:
     """The retried run returns the clean run's outcome, emits the clean run's events (under the ids of the decision's
-    lifecycle row), leaves the clean run's rows, and pauses only for a decision the crashed attempt had not
-    committed: never again for an applied one, whichever way the run is retried."""
+    lifecycle row), leaves the clean run's rows, and pauses only for what the reviewer had not answered: never
+    again for an applied decision, nor for an answer about the revision it shows that the crashed attempt got and
+    did not apply, whichever way the run is retried."""
     from tasks import events
 
     sent: list[tuple[Any, ...]] = []
@@ -344,3 +345,37 @@ def test_a_forced_retry_asks_about_the_revision_it_shows(
         assert get_skill(conn, skill_id).status == "shadow" and entered(conn, skill_id, "active") is None
     assert (outcome.decision, outcome.status, outcome.revision, sent) == ("keep_shadow", "shadow", 2, [])
     assert asked == [2]
+
+
+@pytest.mark.parametrize("retry", ["orchestrated", "forced"])
+def test_an_answer_given_after_the_worker_died_is_applied_by_the_retry(
+    prefect_harness: None, twins: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, retry: str
+) -> None:
+    """The machine running a paused review dies; the reviewer, who cannot tell, answers the form (the run goes
+    Running with no process, and is later marked Crashed: the unresponsive-run automation, docs/guide/ops.md).
+    The retry applies that answer without asking again, and the rows equal a clean run's."""
+    from tasks import events
+
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(events, "emit", lambda *args: sent.append(args) or True)
+    killed, clean = twins
+    want = _clean(clean, "reject", sent)
+
+    skill_id = _shadow_cancel(killed)
+    run_id = _deployment_run(killed, skill_id, "reject")
+    assert _run_killed(killed, skill_id, run_id, "paused", PATHS["reject"]) == [1]
+    answer = PATHS["reject"](killed, skill_id, 1)
+    assert answer is not None
+    _resume(run_id, answer)  # the form, answered for a run whose process is gone
+    assert _state(run_id).is_running()
+    pauses = _pauses(run_id)
+    _crash_and_retry(run_id, retry)
+    outcome, asked = _run_here(killed, skill_id, run_id, PATHS["reject"])
+
+    assert asked == [] and _pauses(run_id) == pauses
+    assert _outcome(outcome) == want.outcome
+    _assert_same_rows(_twin_ids(dump(killed)), want.rows)
+    assert _events(sent, skill_id) == want.events
+    with killed.connect() as conn:
+        assert get_skill(conn, skill_id).status == "rejected"
+
