@@ -378,4 +378,3 @@ def test_an_answer_given_after_the_worker_died_is_applied_by_the_retry(
     assert _events(sent, skill_id) == want.events
     with killed.connect() as conn:
         assert get_skill(conn, skill_id).status == "rejected"
-
