@@ -73,8 +73,14 @@ passwords = st.text(alphabet=string.ascii_letters + string.digits + "!#$%&*+-_=@
 PASSWORD_LEADS = ["my password is {s}", "password: {s}", "password {s}", "pin={s}", "my username is {s}"]
 
 
-def _survives(secret: str, text: str) -> bool:
-    return secret.casefold() in text.casefold()
+def _survives(secret: str, text: str, shell: str = "") -> bool:
+    """Whether ``secret`` is in the redacted ``text`` more often than in ``shell`` (the same text around no secret:
+    ``HEN`` is in "then") once placeholders are dropped (``ECR`` is in ``<secret>``)."""
+
+    def seen(t: str) -> int:
+        return re.sub(r"<[a-z_ -]+>", " ", t).casefold().count(secret.casefold())
+
+    return seen(text) > seen(shell)
 
 
 @settings(deadline=None)
@@ -84,20 +90,21 @@ def _survives(secret: str, text: str) -> bool:
 @example(secret="XkcdQwrtzPlmnbvcxz", context="value: {s}")  # three camel "words" of random letters
 def test_no_shaped_secret_survives_redaction(secret: str, context: str) -> None:
     out = redact_query("Hello, " + context.format(s=secret))
-    assert not _survives(secret, out), (secret, out)
+    assert not _survives(secret, out, "Hello, " + context.format(s=" ")), (secret, out)
     assert not any(ch.isdigit() for ch in out), out  # the structural backstop: no digit at all
     assert literal_findings(out) == [], out
 
 
 @settings(deadline=None)
 @given(secret=passwords, lead=st.sampled_from(PASSWORD_LEADS), context=st.sampled_from(CONTEXTS))
+@example(secret="HEN", lead="my password is {s}", context="first {s}, then more")  # CI: "then" holds it, redacted
 def test_no_password_survives_redaction(secret: str, lead: str, context: str) -> None:
     if secret.rstrip(".,;:!?)]}") in PLAIN_VALUES:
         return  # "my password is the same": a lowercase function word is read as prose (docs/SECURITY.md)
     text = context.format(s=lead.format(s=secret))
     out = redact_query(text)
     core = secret.rstrip(".,;:!?)]}")
-    assert len(core) < 3 or not _survives(core, out), (text, out)
+    assert len(core) < 3 or not _survives(core, out, context.format(s=lead.format(s=" "))), (text, out)
 
 
 # Digit spellings a reader reads as 0-9: ASCII, superscript, circled, dingbat (no decomposition), fullwidth.
