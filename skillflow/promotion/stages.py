@@ -32,12 +32,12 @@ from skillflow.storage.aggregate import runs_since_last_cycle as _runs_since
 from skillflow.storage.counters import Counters
 from skillflow.storage.schema import class_state, skill_activations, skillbox
 from skillflow.storage.skills import (
+    called_tools,
     declared_handoffs,
     declared_state_changes,
     last_retired,
     next_version,
     tenant_filter,
-    tenant_tools,
 )
 
 log = logging.getLogger("skillflow.promotion.stages")
@@ -117,6 +117,7 @@ def assess_classes(
     are used as long as every class's ``since`` still matches its skills; a demotion or deprecation since the
     read (the staleness sweep, a concurrent drift run) makes the partition fold and read its own instead.
     """
+    from skillflow.promotion.staleness import registered_tools
     from skillflow.storage.class_stats import partition_stats
 
     with engine.connect() as conn:
@@ -137,8 +138,11 @@ def assess_classes(
     with engine.connect() as conn:
         declared = declared_state_changes(conn, agent_id)
         handoffs = declared_handoffs(conn, agent_id)
-        tools = tenant_tools(conn, agent_id, None if canonical_hash is None else user_id)
-        tools.update(t for s in stats for t in sequence_tools(s.tool_sequence))
+        # The tenant's tools for the read-only gate: registered, and called by its classes (one class's statistics
+        # alone, as "Distill now" reads, do not show the others': their tool sequences are read instead).
+        tools = set(registered_tools(conn, agent_id)) | {t for s in stats for t in sequence_tools(s.tool_sequence)}
+        if canonical_hash is not None:
+            tools |= called_tools(conn, agent_id, user_id)
         waits: dict[str, int] = {}
         fresh: dict[str, int] = {}
         if respect_backoff:

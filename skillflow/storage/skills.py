@@ -443,16 +443,13 @@ def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:
     return {str(name): bool(flag) for name, flag in conn.execute(q)}
 
 
-def tenant_tools(conn: Connection, agent_id: str, user_id: str | None = None) -> set[str]:
-    """The agent's registered tools and, with ``user_id``, every tool the tenant's runs call (their distinct tool
-    sequences, aggregated in SQL: one row per class): what the read-only gate asks "does this tenant change
-    state?" of (:func:`skillflow.promotion.gates.read_only_gated`)."""
-    tools = set(conn.execute(select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id)).scalars())
-    if user_id is not None:
-        wm = workflow_memory.c
-        q = select(wm.tool_sequence).where(wm.agent_id == agent_id, wm.user_id == user_id).distinct()
-        tools.update(t for (seq,) in conn.execute(q) for t in sequence_tools(seq))
-    return tools
+def called_tools(conn: Connection, agent_id: str, user_id: str) -> set[str]:
+    """Every tool the tenant's runs call, from their distinct tool sequences (aggregated in SQL: one row per
+    class); with the agent's registered tools, what the read-only gate asks "does this tenant change state?" of
+    (:func:`skillflow.promotion.gates.read_only_gated`)."""
+    wm = workflow_memory.c
+    q = select(wm.tool_sequence).where(wm.agent_id == agent_id, wm.user_id == user_id).distinct()
+    return {t for (seq,) in conn.execute(q) for t in sequence_tools(seq)}
 
 
 def declared_handoffs(conn: Connection, agent_id: str) -> frozenset[str]:
