@@ -72,10 +72,9 @@ def test_read_only_classes_stay_eligible_for_a_tenant_whose_tools_all_read(engin
     assert _table(engine)["lookup"] == (True, None)
 
 
-def test_one_class_distilled_alone_is_gated_on_the_tenants_tools(engine: Engine) -> None:
-    _seed(engine, None, tools=READS)
+def _lookup_class(engine: Engine) -> str:
     with engine.connect() as conn:
-        lookup = (
+        return str(
             conn.execute(
                 select(workflow_memory.c.canonical_hash).where(
                     workflow_memory.c.tool_sequence == "get_user_details > get_reservation_details"
@@ -84,8 +83,21 @@ def test_one_class_distilled_alone_is_gated_on_the_tenants_tools(engine: Engine)
             .scalars()
             .first()
         )
-    report = promote_class(engine, "a1", "u1", lookup, CONFIG, dry_run=True)  # "Distill now" of that class
+
+
+def test_one_class_distilled_alone_is_gated_on_the_tenants_tools(engine: Engine) -> None:
+    _seed(engine, None, tools=READS)
+    report = promote_class(engine, "a1", "u1", _lookup_class(engine), CONFIG, dry_run=True)  # "Distill now"
     assert [g.reason for g in report.gates] == [READ_ONLY_CLASS]
+
+
+def test_another_users_writes_do_not_gate_a_tenants_look_ups(engine: Engine) -> None:
+    _seed(engine, None, tools=READS, cancel=False)  # u1 only looks up
+    other = Skillflow(agent_id="a1", engine=engine, config=CONFIG)
+    for i in range(3):  # u2 of the same agent cancels, with a tool nobody registered
+        assert other.record_run(f"cancel my booking {i}", "u2", CANCEL, strict=True).stored
+    report = promote_class(engine, "a1", "u1", _lookup_class(engine), CONFIG, dry_run=True)
+    assert [g.checks["read_only"] for g in report.gates] == [True]
 
 
 def test_declaring_every_tool_read_only_keeps_read_only_classes_eligible(engine: Engine) -> None:

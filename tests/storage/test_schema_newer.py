@@ -58,6 +58,7 @@ def test_an_older_agent_process_goes_on(newer: tuple[Engine, str], caplog: pytes
         sf = Skillflow(agent_id="a1", engine=engine)
     assert any(FUTURE in r.getMessage() for r in caplog.records)
     assert sf.record_run("cancel my booking", "u1", [{"tool": "cancel_reservation", "args": {}}]).stored
-    assert sf.prepare("cancel my booking", "u1") is not None
+    prepared = sf.prepare("cancel my booking", "u1")
+    assert not prepared.skill_ids and prepared.request["messages"]  # served: no live skill, the request built
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(workflow_memory)).scalar_one() == 1
