@@ -148,7 +148,7 @@ def earlier_answer(flow_run_id: str | None, key_prefix: str) -> dict[str, object
         from prefect.input.actions import filter_flow_run_input
 
         found: Any = filter_flow_run_input(key_prefix=f"paused-{key_prefix}", limit=100, flow_run_id=UUID(flow_run_id))
-        responses = sorted((i for i in found if i.key.endswith("-response")), key=lambda i: i.created or 0)
+        responses = sorted((i for i in found if i.key.endswith("-response")), key=lambda i: i.created)
         if not responses:
             return None
         value = responses[-1].value

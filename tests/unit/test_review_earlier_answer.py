@@ -1,0 +1,87 @@
+"""Reading back an answer an earlier attempt of a review got (``tasks.review.earlier_answer``) never raises, and
+only an answer that fits the form about the revision shown is applied (docs/RELIABILITY.md); the end-to-end
+case is ``tests/faults/test_kill_review_paths.py``."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+from uuid import uuid4
+
+import pytest
+
+from flows import activation_review as flow
+from skillflow.lifecycle.review import ReviewEvidence
+
+RUN = str(uuid4())
+T0 = datetime(2026, 12, 5, tzinfo=UTC)
+GOOD = {"decision": "reject", "reviewer": "alice", "reason": "wrong procedure", "skill_md": ""}
+
+
+def _evidence(revision: int = 2) -> ReviewEvidence:
+    return ReviewEvidence(
+        skill_id="s1", agent_id="a", user_id="u", name="cancel-reservation", version=1, revision=revision,
+        status="shadow", injection_role="user", canonical_hash="0" * 64, content="---\nname: x\n---\n", tools=[],
+        missing_tools=[], preconditions=[], baseline={}, validation={}, class_stats={}, readiness={},
+    )  # fmt: skip
+
+
+def _stored(monkeypatch: pytest.MonkeyPatch, inputs: Any) -> list[str]:
+    """Serve ``inputs`` (or raise it) as the Prefect server's stored run inputs; returns the prefixes asked."""
+    import prefect.input.actions as actions
+
+    asked: list[str] = []
+
+    def fake(key_prefix: str, limit: int = 1, exclude_keys: Any = None, flow_run_id: Any = None) -> Any:
+        asked.append(key_prefix)
+        if isinstance(inputs, BaseException):
+            raise inputs
+        return inputs
+
+    monkeypatch.setattr(actions, "filter_flow_run_input", fake)
+    return asked
+
+
+def _input(key: str, value: Any, minutes: int = 0) -> SimpleNamespace:
+    return SimpleNamespace(key=key, value=value, created=T0 + timedelta(minutes=minutes))
+
+
+def test_the_newest_answer_about_the_revision_shown_is_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    older = GOOD | {"reason": "first answer"}
+    asked = _stored(
+        monkeypatch,
+        [
+            _input("paused-review-r2-aaa-schema", json.dumps({"type": "object"}), 0),
+            _input("paused-review-r2-aaa-response", json.dumps(older), 1),
+            _input("paused-review-r2-bbb-response", json.dumps(GOOD), 2),
+        ],
+    )
+    answer = flow._answer_given(RUN, _evidence(2), None)
+    assert answer is not None and (answer.decision, answer.reason) == ("reject", "wrong procedure")
+    assert asked == ["paused-review-r2-"]  # never another revision's keys (r1, r20 …)
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        RuntimeError("server down"),
+        [_input("paused-review-r2-a-response", "not json {")],
+        [_input("paused-review-r2-a-response", json.dumps(["reject"]))],
+        [_input("paused-review-r2-a-response", json.dumps(GOOD | {"reason": ""}))],  # a rejection without a reason
+        [_input("paused-review-r2-a-response", json.dumps(GOOD | {"decision": "approve_everything"}))],
+        [_input("paused-review-r2-a-response", json.dumps(GOOD | {"role": "developer"}))],  # not a field of the form
+        [_input("paused-review-r2-a-response", None)],
+        [_input("paused-review-r2-a-description", json.dumps(GOOD))],  # only a response is an answer
+        [],
+    ],
+)
+def test_anything_else_asks_the_reviewer_again(monkeypatch: pytest.MonkeyPatch, inputs: Any) -> None:
+    _stored(monkeypatch, inputs)
+    assert flow._answer_given(RUN, _evidence(2), None) is None
+
+
+def test_no_flow_run_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _stored(monkeypatch, [_input("paused-review-r2-a-response", json.dumps(GOOD))])
+    assert flow._answer_given(None, _evidence(2), None) is None and asked == []
