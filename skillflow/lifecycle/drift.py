@@ -328,22 +328,16 @@ def run_drift(
 
 
 def demoted_by_run(conn: Connection, flow_run_id: str, agent_id: str | None, user_id: str | None) -> list[SkillDrift]:
-    """The skills this flow run's drift check already demoted in the scope (an earlier attempt's), as checked.
+    """The skills this flow run's drift check already demoted in the scope (an earlier attempt's), as checked, each
+    once.
 
     Their figures are the ``stats["active"]`` written in the demotion's own transaction.
     """
     ev, sk = skill_events.c, skillbox.c
-    q = (
-        select(skillbox)
-        .join(skill_events, ev.skill_id == sk.id)
-        .where(
-            sk.status == SkillStatus.DEMOTED.value,
-            ev.flow_run_id == flow_run_id,
-            ev.to_status == SkillStatus.DEMOTED.value,
-            ev.actor == ACTOR,
-        )
-        .order_by(sk.id)
-    )
+    by_run = select(ev.skill_id).where(
+        ev.flow_run_id == flow_run_id, ev.to_status == SkillStatus.DEMOTED.value, ev.actor == ACTOR
+    )  # a skill this run demoted, made ACTIVE again and demoted again has two rows: listed once
+    q = select(skillbox).where(sk.status == SkillStatus.DEMOTED.value, sk.id.in_(by_run)).order_by(sk.id)
     if agent_id is not None:
         q = q.where(sk.agent_id == agent_id)
     if user_id is not None:

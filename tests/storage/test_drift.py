@@ -10,7 +10,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.exc import OperationalError
 
 from skillflow.kernel.models import SkillStatus
-from skillflow.lifecycle import drift
+from skillflow.lifecycle import drift, rollback
 from skillflow.lifecycle.drift import ActiveFigures, decide, render_markdown, run_drift
 from skillflow.promotion.calibrate import calibrate
 from skillflow.storage.schema import reports, skill_activations, skill_events, workflow_memory
@@ -189,3 +189,24 @@ def test_a_retried_partition_reports_the_earlier_attempts_demotions(
     assert len(stored) == 1 and [d["skill_id"] for d in stored[0]["demoted"]] == [drifted.id]
     other = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-3")
     assert other.demoted == [] and other.checked == 0  # another flow run does not re-list it
+
+
+def test_a_skill_demoted_twice_by_one_drift_run_is_listed_once(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drift run fr-4 demotes the skill; an operator rolls it back; a retried chunk of fr-4 demotes it again.
+    A further retry reads the run's demotions back: the skill once, not once per lifecycle row."""
+    drifted = drifting(engine)
+    cfg = config(demotion_success_delta=0.25)
+    first = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-4", embedder=EMBEDDER)
+    assert [d.skill_id for d in first.demoted] == [drifted.id]
+    monkeypatch.setattr(rollback, "rollback_problems", lambda *_: [])  # the fixture's short text: not at stake here
+    rollback.rollback_skill(engine, drifted.id, drifted.version, actor="alice", reason="false alarm", config=cfg)
+    for i in range(10):
+        record(engine, f"cancel reservation again {i}", skills=(drifted.id,), ok=i < 6, at=later(20 + i))
+    again = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-4", embedder=EMBEDDER)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(func.count()).where(skill_events.c.skill_id == drifted.id, skill_events.c.to_status == "demoted")
+        ).scalar_one()
+    assert rows == 2 and [d.skill_id for d in again.demoted] == [drifted.id]
+    retry = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-4", embedder=EMBEDDER)
+    assert [d.skill_id for d in retry.demoted] == [drifted.id] and retry.checked == 1
