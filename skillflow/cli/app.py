@@ -104,7 +104,7 @@ def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig
 def engine_for(db: str | None, migrate: bool = False) -> Engine:
     """An engine for ``--db``, after the schema check (exit 2 naming ``skillflow migrate`` when behind).
 
-    Only ``migrate``, ``serve`` and ``demo`` pass ``migrate=True``: no other command changes the schema.
+    Only ``migrate``, ``serve``, ``deploy`` and ``demo`` pass ``migrate=True``: no other command changes the schema.
     """
     from skillflow.storage.migrations import SchemaOutdated, require_current
     from skillflow.storage.migrations import migrate as run_migrations

@@ -1,9 +1,10 @@
 """Two decisions on one skill at once: exactly one applies, the other is refused (SQLite and PostgreSQL).
 
-Human review is the boundary between a learned skill and a prompt (README, "Review"): a rejection, or an edit
-the reviewer never saw, must not be overwritten by a decision that read the skill just before it. Each test
-lets the second decision commit inside the first one's window — between its checks and its write — by running
-it from the hook the first one passes there; before the fix, the first one's write landed anyway.
+Human review is the boundary between a learned skill and a prompt (README, "The Prefect UI and deployments"):
+a rejection, or an edit the reviewer never saw, must not be overwritten by a decision that read the skill just
+before it. Each test lets the second decision commit inside the first one's window — between its checks and its
+write — by running it from the hook the first one passes there; before the fix, the first one's write landed
+anyway.
 """
 
 from __future__ import annotations

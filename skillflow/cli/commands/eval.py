@@ -128,7 +128,7 @@ def eval_cmd(
     show_cases: Annotated[bool, typer.Option("--show-cases", help="Also print the per-case table.")] = False,
     json: JsonOption = False,
 ) -> None:
-    """Run the three-arm evaluation on the simulator and print per-arm metrics, deltas and invariants."""
+    """Run the evaluation arms on the simulator and print per-arm metrics, deltas and invariants."""
     from skillflow.lab.evaluation.eval_env import EvaluationConfigError, load_eval_settings
     from skillflow.lab.evaluation.harness import run_evaluation
 
