@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -13,6 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import utcnow
 from skillflow.lifecycle.review import (
     ReviewEvidence,
     ReviewOutcome,
@@ -28,6 +30,7 @@ from tasks.common import engine_for, stage
 log = logging.getLogger("skillflow.review")  # also outside a flow run, where the run logger raises
 
 ACTOR = "flow:activation-review"
+WAIT_STATES = ("paused", "suspended")  # the states a review waits in (docs/guide/lifecycle.md)
 
 
 def artifact_key(skill_id: str) -> str:
@@ -132,6 +135,49 @@ def leave_expired_pause(flow_run_id: str | None) -> None:
         log.warning("could not leave the expired pause: %s", type(exc).__name__)
 
 
+def schedule_expiry(deployment_id: str, params: Any, flow_run_id: str | None, key: str) -> bool:
+    """Schedule the run of the review's deployment that expires this run's wait under ``key`` at the review's
+    timeout (``params.expires`` set; docs/guide/lifecycle.md). Idempotent per (run, key). False when it could not be
+    scheduled: the review then waits in its process, as a pause does, and times out there."""
+    if not flow_run_id:
+        return False
+    try:
+        from prefect.deployments import run_deployment
+
+        body = params.model_dump(mode="json") | {"expires": {"flow_run_id": flow_run_id, "key": key}}
+        run_deployment(
+            UUID(deployment_id), parameters={"params": body}, timeout=0, as_subflow=False,
+            scheduled_time=utcnow() + timedelta(seconds=params.timeout_seconds),
+            idempotency_key=f"review-expiry:{flow_run_id}:{key}",
+        )  # fmt: skip
+        return True
+    except Exception as exc:  # noqa: BLE001 - the review still happens, held in its process
+        log.warning("could not schedule the review's expiry: %s; waiting in this process", type(exc).__name__)
+        return False
+
+
+def expire_review(database_url: str | None, skill_id: str, flow_run_id: str, key: str) -> bool:
+    """Time out the suspended review run ``flow_run_id`` when it is still waiting under ``key``: ``review_timeout``
+    recorded for that run (once), then the run set Completed, so an answer that comes later finds nothing to resume
+    and a retry of that run reads the timeout back. False, and nothing changed, when the run was answered (resumed),
+    asks again under another key (an edit's new revision) or has ended. Raises on a failed read or write: the expiry
+    run fails and can be retried."""
+    from prefect import get_client
+    from prefect.states import Completed
+
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(UUID(flow_run_id))
+        state = run.state
+        if state is None or not state.is_paused() or state.state_details.pause_key != key:
+            return False
+        if load_decision(database_url, skill_id, flow_run_id) is None:
+            log_review_event(
+                engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow"
+            )
+        client.set_flow_run_state(run.id, Completed(message="review timed out: kept in shadow"), force=True)
+    return True
+
+
 def earlier_answer(flow_run_id: str | None, key_prefix: str) -> dict[str, object] | None:
     """The newest answer a reviewer gave to an earlier attempt of this flow run under a pause key starting with
     ``key_prefix`` (the revision it showed), which that attempt did not live to apply; None when there is none.
@@ -147,7 +193,12 @@ def earlier_answer(flow_run_id: str | None, key_prefix: str) -> dict[str, object
     try:
         from prefect.input.actions import filter_flow_run_input
 
-        found: Any = filter_flow_run_input(key_prefix=f"paused-{key_prefix}", limit=100, flow_run_id=UUID(flow_run_id))
+        found: list[Any] = []
+        for state in WAIT_STATES:  # Prefect keys a wait's input by its state's name: paused-<key>-…, suspended-<key>-…
+            stored: Any = filter_flow_run_input(
+                key_prefix=f"{state}-{key_prefix}", limit=100, flow_run_id=UUID(flow_run_id)
+            )
+            found += stored
         responses = sorted((i for i in found if i.key.endswith("-response")), key=lambda i: i.created)
         if not responses:
             return None

@@ -38,7 +38,7 @@ def _stored(monkeypatch: pytest.MonkeyPatch, inputs: Any) -> list[str]:
         asked.append(key_prefix)
         if isinstance(inputs, BaseException):
             raise inputs
-        return inputs
+        return [i for i in inputs if i.key.startswith(key_prefix)]
 
     monkeypatch.setattr(actions, "filter_flow_run_input", fake)
     return asked
@@ -60,7 +60,21 @@ def test_the_newest_answer_about_the_revision_shown_is_applied(monkeypatch: pyte
     )
     answer = flow._answer_given(RUN, _evidence(2), None)
     assert answer is not None and (answer.decision, answer.reason) == ("reject", "wrong procedure")
-    assert asked == ["paused-review-r2-"]  # never another revision's keys (r1, r20 …)
+    assert asked == ["paused-review-r2-", "suspended-review-r2-"]  # never another revision's keys (r1, r20 …)
+
+
+def test_an_answer_to_a_suspended_review_is_read_as_one_to_a_paused_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment's review waits suspended; Prefect keys its input by that state's name (``suspended-<key>-…``)."""
+    _stored(
+        monkeypatch,
+        [
+            _input("paused-review-r2-aaa-response", json.dumps(GOOD | {"reason": "an earlier attempt's"}), 0),
+            _input("suspended-review-r2-bbb-response", json.dumps(GOOD), 1),
+            _input("suspended-review-r1-ccc-response", json.dumps(GOOD | {"reason": "revision 1"}), 2),
+        ],
+    )
+    answer = flow._answer_given(RUN, _evidence(2), None)
+    assert answer is not None and answer.reason == "wrong procedure"
 
 
 @pytest.mark.parametrize(
