@@ -8,31 +8,38 @@ from uuid import uuid4
 import pydantic
 from prefect import flow, get_run_logger
 from prefect.exceptions import FlowPauseTimeout
-from prefect.flow_runs import pause_flow_run
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
-from tasks.common import flow_run_id, run_name
+from tasks.common import deployment_of_run, flow_run_id, run_name
 from tasks.events import emit_review
 from tasks.review import (
     apply_decision,
     earlier_answer,
+    expire_review,
     leave_expired_pause,
     load_decision,
     load_review,
     publish_review,
     record_timeout,
+    schedule_expiry,
 )
 
 AWAITING_REVIEW = ("shadow", "candidate")
 MAX_EDIT_ROUNDS = 5
+# A suspended review's own timeout on the Prefect server, beyond the expiry run's: a backstop that fails the run
+# only if its expiry never ran (no worker on the pool for a day).
+EXPIRY_GRACE_SECONDS = 86_400
 DESCRIPTION = (
     "Publish one SHADOW skill's SKILL.md and evidence (charts, readiness, validation) as artifacts, pause for a "
     "reviewer's decision in the Resume form (activate, reject, keep in shadow, or edit the SKILL.md first), "
-    "apply it, and record it in the lifecycle log. An unanswered review keeps the skill in shadow."
+    "apply it, and record it in the lifecycle log. An unanswered review keeps the skill in shadow. A deployment's "
+    "run is suspended while it waits (no process), resumed by the answer and expired by a run scheduled at its "
+    "timeout."
 )
 
 
@@ -79,12 +86,28 @@ def review_form(evidence: ReviewEvidence, artifact_url: str | None) -> type[Revi
     return form  # type: ignore[no-any-return]
 
 
+class ReviewExpiry(BaseModel):
+    """What an expiry run expires: the suspended review run and the pause it waits in."""
+
+    flow_run_id: str = Field(..., min_length=1, max_length=64, description="The suspended review's flow run")
+    key: str = Field(..., min_length=1, max_length=128, description="The pause key it waits under")
+
+
 class ActivationReviewParams(BaseModel):
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")
     skill_id: str = Field(..., min_length=1, max_length=64, description="The skill to review")
     timeout_seconds: int = Field(3600, ge=1, le=30 * 86_400, description="Unanswered reviews keep the skill in shadow")
-    poll_interval_seconds: int = Field(10, ge=1, le=600, description="How often the paused run checks for input")
+    poll_interval_seconds: int = Field(10, ge=1, le=600, description="How often a paused run checks for input")
+    wait: Literal["suspend", "pause"] = Field(
+        "suspend",
+        description="suspend: a deployment's run exits while it waits and frees its worker; the answer resumes it on "
+        "any worker, and a run of this deployment scheduled at the timeout expires it. pause: the run's process waits "
+        "(always so for a run without a deployment)",
+    )
     config_overrides: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig keys to override")
+    expires: ReviewExpiry | None = Field(
+        None, description="Set only on the run a suspended review schedules at its timeout: expire that review"
+    )
 
 
 def pause_key(evidence: ReviewEvidence) -> str:
@@ -120,12 +143,27 @@ def _not_awaiting(evidence: ReviewEvidence, reasons: list[str], decision: str = 
     )  # fmt: skip
 
 
+def _expire(params: ActivationReviewParams, expires: ReviewExpiry, config: Any) -> ReviewOutcome:
+    """The expiry run: the suspended review still waiting under its key times out (kept in shadow, ``review_timeout``
+    recorded for that run, which ends Completed); an answered, re-asked or ended review is left as it is."""
+    logger = get_run_logger()
+    evidence = load_review(params.database_url, params.skill_id, config)
+    if not expire_review(params.database_url, params.skill_id, expires.flow_run_id, expires.key):
+        logger.info("review run %s is no longer waiting under %s: nothing to expire", expires.flow_run_id, expires.key)
+        return _not_awaiting(evidence, ["the review is no longer waiting"])
+    logger.info("review of skill %s (run %s) timed out: it stays in shadow", params.skill_id, expires.flow_run_id)
+    return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
+
+
 @flow(name="activation-review", flow_run_name=run_name("review", "skill_id", flow=True), description=DESCRIPTION)
 def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
     """Publish the evidence, pause for the reviewer, apply the decision (an edit starts the review over)."""
     logger = get_run_logger()
     config = load_promotion_config(overrides=params.config_overrides)
     run_id = flow_run_id()
+    if params.expires is not None:  # the run a suspended review scheduled at its timeout
+        return _expire(params, params.expires, config)
+    deployment = deployment_of_run() if params.wait == "suspend" else None
     for round_ in range(MAX_EDIT_ROUNDS + 1):
         evidence = load_review(params.database_url, params.skill_id, config)
         if round_ == 0 and (done := load_decision(params.database_url, params.skill_id, run_id, config)) is not None:
@@ -138,20 +176,31 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
         if evidence.status not in AWAITING_REVIEW:
             logger.info("skill %s is %s: not awaiting review", evidence.skill_id, evidence.status)
             return _not_awaiting(evidence, [f"a {evidence.status} skill is not awaiting review"])
-        # A retry (round 0) first looks for the answer an earlier attempt got about this revision and did not live to
-        # apply (its process died: a lost machine, a kill while applying); later rounds show a new revision.
+        # Round 0 first looks for an answer about this revision stored for this run and not applied: the answer that
+        # resumed a suspended review (this execution is the resumed one), or one an earlier attempt got and did not live
+        # to apply (its process died: a lost machine, a kill while applying). Later rounds show a new revision.
         answer = _answer_given(run_id, evidence, url) if round_ == 0 else None
         if answer is not None:
-            logger.info("applying the answer an earlier attempt got for revision %d", evidence.revision)
+            logger.info("applying the reviewer's stored answer for revision %d", evidence.revision)
         else:
             logger.info("waiting for a review of skill %s revision %d", evidence.skill_id, evidence.revision)
+            key = pause_key(evidence)
             try:
-                answer = pause_flow_run(
-                    wait_for_input=review_form(evidence, url),
-                    timeout=params.timeout_seconds,
-                    poll_interval=params.poll_interval_seconds,
-                    key=pause_key(evidence),
-                )
+                if deployment is not None and schedule_expiry(deployment, params, run_id, key):
+                    # The process exits here (Prefect's Pause) and frees its worker. The answer resumes the run on any
+                    # worker, which runs this flow again from the top: round 0 finds the answer (``_answer_given``).
+                    answer = suspend_flow_run(
+                        wait_for_input=review_form(evidence, url),
+                        timeout=params.timeout_seconds + EXPIRY_GRACE_SECONDS,
+                        key=key,
+                    )
+                else:
+                    answer = pause_flow_run(
+                        wait_for_input=review_form(evidence, url),
+                        timeout=params.timeout_seconds,
+                        poll_interval=params.poll_interval_seconds,
+                        key=key,
+                    )
             except FlowPauseTimeout:
                 record_timeout(params.database_url, params.skill_id, run_id)
                 leave_expired_pause(run_id)  # else Prefect fails the run when it completes

@@ -56,6 +56,18 @@ def flow_run_id() -> str | None:
         return None
 
 
+def deployment_of_run() -> str | None:
+    """The deployment of the flow run we are inside, if it has one (a run started from a deployment: a worker's,
+    ``skillflow serve``'s, or ``prefect deployment run``); None for a flow called directly."""
+    try:
+        from prefect.runtime import deployment
+
+        value = deployment.id
+        return str(value) if value else None
+    except Exception:  # noqa: BLE001 - outside a deployment's run there is simply no id
+        return None
+
+
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
     """``retry_condition_fn`` for Prefect tasks: retry transient failures no other layer already retried
     (a database error; never a provider error the LLM wrapper gave up on, docs/RELIABILITY.md "Retries")."""

@@ -80,11 +80,13 @@ def run_edit(engine_url: str, skill_id: str, cfg: PromotionConfig) -> revisions.
 
 
 def review_params(url: str, skill_id: str) -> Any:
-    """The review flow's parameters: a pause the test answers within :data:`REVIEW_TIMEOUT` seconds."""
+    """The review flow's parameters: a pause the test answers within :data:`REVIEW_TIMEOUT` seconds. The wait is held
+    in the process (``wait="pause"``), also for a deployment's run, so that the process can be killed while it
+    waits; a suspended review has no process then (``tests/fleet/test_review_suspended.py``)."""
     from flows.activation_review import ActivationReviewParams
 
     return ActivationReviewParams(
-        database_url=url, skill_id=skill_id, timeout_seconds=REVIEW_TIMEOUT, poll_interval_seconds=1,
+        database_url=url, skill_id=skill_id, timeout_seconds=REVIEW_TIMEOUT, poll_interval_seconds=1, wait="pause",
         config_overrides={"require_shadow": True, "shadow_evaluation_enabled": False},
     )  # fmt: skip
 
