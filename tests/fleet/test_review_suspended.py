@@ -24,18 +24,12 @@ from sqlalchemy import create_engine, select
 from skillflow.lab.fleet import LocalFleet, process_tree, unschedule
 from skillflow.storage.schema import skill_events, skillbox
 from tests.faults.test_kill_operations import _distilled
+from tests.fleet.test_unresponsive import read, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect]
 
 OVERRIDES = {"require_shadow": True, "shadow_evaluation_enabled": False}
 ANSWER = {"decision": "activate_user", "reviewer": "alice", "reason": "checked the evidence"}
-
-
-def read(run_id: Any) -> Any:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        return client.read_flow_run(run_id)
 
 
 def expiry_runs(run_id: Any) -> list[Any]:
@@ -47,15 +41,6 @@ def expiry_runs(run_id: Any) -> list[Any]:
     return [
         r for r in runs if ((r.parameters.get("params") or {}).get("expires") or {}).get("flow_run_id") == str(run_id)
     ]
-
-
-def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.5)
-    return found
 
 
 def engine_processes(worker: Any) -> list[int]:
