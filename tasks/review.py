@@ -160,8 +160,8 @@ def expire_review(database_url: str | None, skill_id: str, flow_run_id: str, key
     """Time out the suspended review run ``flow_run_id`` when it is still waiting under ``key``: ``review_timeout``
     recorded for that run (once), then the run set Completed, so an answer that comes later finds nothing to resume
     and a retry of that run reads the timeout back. False, and nothing changed, when the run was answered (resumed),
-    asks again under another key (an edit's new revision) or has ended. Raises on a failed read or write: the expiry
-    run fails and can be retried."""
+    asks again under another key (an edit's new revision), has ended, or is not a review of ``skill_id``. Raises on
+    a failed read or write: the expiry run fails and can be retried."""
     from prefect import get_client
     from prefect.states import Completed
 
@@ -170,10 +170,10 @@ def expire_review(database_url: str | None, skill_id: str, flow_run_id: str, key
         state = run.state
         if state is None or not state.is_paused() or state.state_details.pause_key != key:
             return False
+        if (run.parameters.get("params") or {}).get("skill_id") != skill_id:
+            return False  # not a review of this skill: an expiry never ends another skill's review
         if load_decision(database_url, skill_id, flow_run_id) is None:
-            log_review_event(
-                engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow"
-            )
+            record_timeout(database_url, skill_id, flow_run_id)
         client.set_flow_run_state(run.id, Completed(message="review timed out: kept in shadow"), force=True)
     return True
 

@@ -150,3 +150,56 @@ def test_an_edit_asks_again_and_only_the_new_waits_expiry_ends_it(
     assert _run(run_id).state.is_completed() and _events(engine, skill_id, "review_timeout") == 1
     with engine.connect() as conn:  # the edit stands, unreviewed: revision 2, still in shadow
         assert (get_skill(conn, skill_id).status, current_revision(conn, skill_id)) == ("shadow", 2)
+
+
+def test_an_expiry_naming_another_skill_ends_nothing(prefect_harness: None, shadow: tuple[Engine, str, str]) -> None:
+    """An expiry run's parameters name the run and the skill: a run that is not that skill's review is left alone."""
+    engine, url, skill_id = shadow
+    run_id = _start(url, skill_id)
+    key = _run(run_id).state.state_details.pause_key
+    with engine.connect() as conn:
+        other = conn.execute(select(skillbox.c.id).where(skillbox.c.id != skill_id)).scalars().first()
+    assert not expire_review(url, str(other), run_id, key)
+    assert _run(run_id).state.name == "Suspended"
+    assert _events(engine, str(other), "review_timeout") == _events(engine, skill_id, "review_timeout") == 0
+
+
+def test_a_review_whose_expiry_cannot_be_scheduled_waits_in_its_process(
+    prefect_harness: None, shadow: tuple[Engine, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduling fails (an API error): the review pauses in its process instead, and still takes the answer."""
+    import threading
+    import time
+
+    import prefect.deployments
+
+    from flows.activation_review import activation_review
+
+    _, url, skill_id = shadow
+    activation_review.to_deployment(name="activation-review").apply()
+    params = {"database_url": url, "skill_id": skill_id, "timeout_seconds": 60, "config_overrides": OVERRIDES}
+    run: Any = prefect.deployments.run_deployment(DEPLOYMENT, parameters={"params": params}, timeout=0)
+    run_id = str(run.id)
+
+    def down(*_: Any, **__: Any) -> Any:
+        raise ConnectionError("the API is unreachable")
+
+    monkeypatch.setattr(prefect.deployments, "run_deployment", down)
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("outcome", _execute(run_id)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while _run(run_id).state.name != "Paused":
+        assert time.monotonic() < deadline and thread.is_alive(), _run(run_id).state
+        time.sleep(0.2)
+    assert _expiries(run_id) == []
+    while True:  # the paused run saves its form's schema right after it paused
+        try:
+            _answer(run_id, {"decision": "keep_shadow", "reviewer": "alice", "reason": "later"})
+            break
+        except RuntimeError as exc:
+            assert "schema not found" in str(exc) and time.monotonic() < deadline
+            time.sleep(0.2)
+    thread.join(timeout=60)
+    assert (result["outcome"].decision, result["outcome"].applied) == ("keep_shadow", True)
+    assert _run(run_id).state.is_completed()
