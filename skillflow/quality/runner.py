@@ -25,6 +25,7 @@ from skillflow.storage.schema import workflow_memory
 
 log = logging.getLogger(__name__)
 SAMPLE = 10
+GX_DOCS_LOGGER = "great_expectations.data_context.types.base"
 
 
 def new_context() -> Any:
@@ -32,6 +33,11 @@ def new_context() -> Any:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
+    # GX pins this module's logger at INFO, and it logs a temporary docs directory for every ephemeral context:
+    # noise in a flow's and the demo's output. A level the application set is kept.
+    docs = logging.getLogger(GX_DOCS_LOGGER)
+    if docs.level in (logging.NOTSET, logging.INFO):
+        docs.setLevel(logging.WARNING)
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context

@@ -267,3 +267,23 @@ def test_flow_publishes_artifacts_and_fails_only_on_blocking(
             assert arts, key
         md = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["data-quality-report"])))
     assert any("FAILED" in str(a.data) for a in md)
+
+
+def test_a_new_context_does_not_log_its_temporary_docs_directory(caplog: pytest.LogCaptureFixture) -> None:
+    """Each ephemeral context used to log its temporary docs directory at INFO (GX pins that logger at INFO) into
+    the demo's and the flow's output; a level the application set on that logger is kept."""
+    import logging
+
+    from skillflow.quality.runner import GX_DOCS_LOGGER
+
+    gx_logger = logging.getLogger(GX_DOCS_LOGGER)
+    gx_logger.setLevel(logging.INFO)  # GX's own setting
+    with caplog.at_level(logging.INFO):
+        new_context()
+    assert [r.getMessage() for r in caplog.records if r.name == GX_DOCS_LOGGER] == []
+    gx_logger.setLevel(logging.DEBUG)
+    try:
+        new_context()
+        assert gx_logger.level == logging.DEBUG
+    finally:
+        gx_logger.setLevel(logging.WARNING)

@@ -99,3 +99,15 @@ def test_anything_else_asks_the_reviewer_again(monkeypatch: pytest.MonkeyPatch, 
 def test_no_flow_run_reads_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     asked = _stored(monkeypatch, [_input("paused-review-r2-a-response", json.dumps(GOOD))])
     assert flow._answer_given(None, _evidence(2), None) is None and asked == []
+
+
+def test_the_prefixes_asked_are_the_ones_prefect_stores_a_wait_s_input_under() -> None:
+    """``earlier_answer`` asks ``<state>-<key prefix>``; Prefect must store each wait's answer under it."""
+    from prefect.input.run_input import keyset_from_paused_state
+    from prefect.states import Paused, Suspended
+
+    from tasks.review import WAIT_STATES
+
+    key = "review-r2-0123abcd"
+    for prefix, state in zip(WAIT_STATES, (Paused(pause_key=key), Suspended(pause_key=key)), strict=True):
+        assert keyset_from_paused_state(state)["response"].startswith(f"{prefix}-review-r2-")
