@@ -16,8 +16,13 @@ so every stored run is turned into the call points an agent went through, each i
   gates leave it out. The agent's reply to a write before the next user message is not a point: its text
   is the write's own request, only the calls made tell the two apart, and ``prepare`` never re-injects a
   completed write's intent before a new user message;
-- a standalone run (``record_run``, no conversation) is one request: its query, the calls before its
-  write, its intent.
+- a standalone run (``record_run``, no conversation) is one request, and its points are those of a
+  conversation of that one message: the request with no call made (its *opening*: what a single-turn
+  agent's ``prepare(query)`` sees before it acts) and a point before each of its calls, all labelled with
+  its intent. (Until 2026-12-05 it gave only the point before its write, so a single-turn tenant's rule
+  was fitted and budgeted on a call its agent never makes, with the calls made already ruling other
+  intents out, and injected far less at the request than its inner CV promised: docs/BENCHMARKS.md,
+  "Seventeenth pass".)
 
 A stored segment keeps its user messages and its calls but not how they interleaved, so the points inside
 a span are an approximation of the live ones; the benchmarks measure on the live ones
@@ -106,9 +111,6 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
             continue
         intent = intent_of(proc, declared)
         failed = r.outcome == WorkflowOutcome.FAILURE.value
-        if r.conversation_id is None or r.segment_index is None:
-            out.append(Point(i, span, proc[:-1], intent, True, failed))
-            continue
         points: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(span[:m], ()) for m in range(1, len(span) + 1)]
         points += [(span, proc[:j]) for j in range(len(proc))]
         if not _lines(r.query):  # a write made without a new message: the earlier request, whole

@@ -85,8 +85,31 @@ def test_every_model_call_of_a_stored_conversation_is_a_point_labelled_with_the_
         (0, (hi, cancel, yes), ("get_user", "get_reservation"), "cancel_reservation"),  # just before the write
         (1, (bags,), (), "read-only"),  # no write follows in this span; the request since the write
         (1, (bags,), ("get_user",), "read-only"),
-        (2, ("book a flight to Oslo",), ("search",), "book_reservation"),
+        (2, ("book a flight to Oslo",), (), "book_reservation"),  # a standalone run: its request before any call
+        (2, ("book a flight to Oslo",), ("search",), "book_reservation"),  # and before each of its calls
     ]
+
+
+def test_a_standalone_run_is_fitted_at_the_call_a_single_turn_agent_makes() -> None:
+    """A single-turn agent calls ``prepare(query)`` once, before it acts: the request with no call made. A
+    standalone run's history must hold that point, an opening (it used to hold only the point before its write,
+    where the calls made had already ruled other intents out), and one before each of its calls for an agent
+    that asks before every model call; the classifier sees its request alone."""
+    runs = [
+        run("s", "cancel H1, I'm u1\nthanks", "get_user > get_reservation > cancel_reservation"),
+        run("t", "what is on H2?", "get_reservation", "c9", None),  # tagged with a conversation, no segment
+    ]
+    points = [(p.run, p.so_far, p.prefix, p.intent, p.opening) for p in call_points(runs)]
+    request = "cancel H1, I'm u1\nthanks"  # a standalone run's query is one request, whatever its lines
+    assert points == [
+        (0, (request,), (), "cancel_reservation", True),
+        (0, (request,), ("get_user",), "cancel_reservation", False),
+        (0, (request,), ("get_user", "get_reservation"), "cancel_reservation", False),
+        (1, ("what is on H2?",), (), "read-only", True),
+    ]
+    out = examples(runs, EMB, VIEWS, lambda t: t)
+    assert [e.trains for e in out] == [True] * 4  # one text per run: its weight is its number of points
+    assert {e.group for e in out} == {"s", "c9"}
 
 
 def test_a_failed_run_is_marked_and_an_unknown_one_is_left_out() -> None:
