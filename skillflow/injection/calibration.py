@@ -58,6 +58,7 @@ class Example:
     trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
     failed: bool = False  # its run failed (see :func:`taught`)
     opening: bool = False  # one user message, no call since the last write: the form a single-turn request has
+    weight: int = 1  # the model calls it stands for: a run's calls that leave the same calls made are one example
 
 
 UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative: never an intent, so NONE
@@ -194,19 +195,22 @@ def _label(example: Example, labels: Collection[str]) -> str:
     return example.intent if example.intent in labels else NONE
 
 
-def _merged(vecs: Sequence[np.ndarray], lab: Sequence[str]) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """Identical (vector, label) rows as one row with its count: a request's call points share its vector."""
+def _merged(
+    vecs: Sequence[np.ndarray], lab: Sequence[str], weights: Sequence[int] | None = None
+) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Identical (vector, label) rows as one row with its count (the rows' weights summed): a request's call
+    points share its vector."""
     rows: dict[tuple[str, bytes], int] = {}
     keep: list[np.ndarray] = []
     names: list[str] = []
     count: list[float] = []
-    for v, name in zip(vecs, lab, strict=True):
+    for k, (v, name) in enumerate(zip(vecs, lab, strict=True)):
         j = rows.setdefault((name, np.ascontiguousarray(v).tobytes()), len(keep))
         if j == len(keep):
             keep.append(v)
             names.append(name)
             count.append(0.0)
-        count[j] += 1.0
+        count[j] += 1.0 if weights is None else float(weights[k])
     dim = vecs[0].shape[0] if len(vecs) else 0
     out = np.stack(keep) if keep else np.zeros((0, dim), np.float32)
     return out, names, np.asarray(count)
@@ -234,28 +238,32 @@ class _Records:
     positive: np.ndarray  # the example's intent has a live skill
     hit: np.ndarray  # the chosen intent is the example's intent
     opening: np.ndarray  # the example is an opening (:attr:`Example.opening`)
+    weight: np.ndarray  # the model calls each example stands for (:attr:`Example.weight`); every count is of calls
+
+    def _sum(self, mask: np.ndarray) -> int:
+        return int(self.weight[mask].sum())
 
     @property
     def n_pos(self) -> int:
-        return int(self.positive.sum())
+        return self._sum(self.positive)
 
     @property
     def n_neg(self) -> int:
-        return int((~self.positive).sum())
+        return self._sum(~self.positive)
 
     @property
     def n_open_pos(self) -> int:
-        return int((self.positive & self.opening).sum())
+        return self._sum(self.positive & self.opening)
 
     @property
     def n_open_neg(self) -> int:
-        return int((~self.positive & self.opening).sum())
+        return self._sum(~self.positive & self.opening)
 
     def counts(self, margin: float, floor: np.ndarray) -> tuple[int, int, int]:
         inj = self.has_skill & (self.gap >= margin) & (self.s1 >= floor)  # NONE never has a skill
-        hits = int((inj & self.positive & self.hit).sum())
-        wrong = int((inj & self.positive & ~self.hit).sum())
-        false = int((inj & ~self.positive).sum())
+        hits = self._sum(inj & self.positive & self.hit)
+        wrong = self._sum(inj & self.positive & ~self.hit)
+        false = self._sum(inj & ~self.positive)
         return hits, wrong, false
 
 
@@ -276,14 +284,16 @@ def _records_each(
     """Inner-CV records of one view for each score, the folds' matrices and spans built once."""
     intents = by_intent(skills)
     labels = _labels(skills, examples)
-    rows: list[list[tuple[str, float, float, bool, bool, bool, bool]]] = [[] for _ in strengths]
+    rows: list[list[tuple[str, float, float, bool, bool, bool, bool, int]]] = [[] for _ in strengths]
     for fold in folds_by_group([e.group for e in examples], budget.folds, budget.seed):
         held = set(fold)
         seen = [e for i, e in enumerate(examples) if i not in held]
         train = [e for e in seen if e.trains]
         if not train:
             continue
-        vecs, lab, wts = _merged([e.vectors[view] for e in train], [_label(e, labels) for e in train])
+        vecs, lab, wts = _merged(
+            [e.vectors[view] for e in train], [_label(e, labels) for e in train], [e.weight for e in train]
+        )
         basis = _span(vecs) if any(c is not None for c in strengths) else None
         before = _tools_before(seen)
         start = None
@@ -293,12 +303,13 @@ def _records_each(
             for i in fold:
                 ex = examples[i]
                 label, s1, s2, has = score(index, ex.vectors[view], ex.prefix, intents, before)
-                rows[k].append((label, s1, s1 - s2, has, ex.intent in intents, label == ex.intent, ex.opening))
+                hit = label == ex.intent
+                rows[k].append((label, s1, s1 - s2, has, ex.intent in intents, hit, ex.opening, ex.weight))
     out = []
     for r in rows:
         if not r:
-            e = np.empty(0)
-            out.append(_Records(e.astype(str), e, e, *(e.astype(bool) for _ in range(4))))
+            e, no = np.empty(0), np.empty(0, dtype=bool)
+            out.append(_Records(e.astype(str), e, e, no, no, no, no, e.astype(np.int64)))
             continue
         cols = list(zip(*r, strict=True))
         out.append(_Records(*(np.asarray(col) for col in cols)))
@@ -323,7 +334,7 @@ class _Tail:
         order = np.argsort(s1, kind="stable")
         self.s1 = s1[order]
         self.suffix = np.zeros((len(order) + 1, 3), dtype=np.int64)
-        ind = np.stack([hit[order], wrong[order], false[order]], axis=1).astype(np.int64)
+        ind = np.stack([hit[order], wrong[order], false[order]], axis=1).astype(np.int64)  # weighted indicators
         self.suffix[:-1] = np.cumsum(ind[::-1], axis=0)[::-1]
 
     def at(self, floors: np.ndarray) -> np.ndarray:
@@ -343,8 +354,10 @@ class _Floors(NamedTuple):
 
 
 def _counts(r: _Records, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The (hit, wrong, false) indicators of the records in ``mask`` (the columns a :class:`_Tail` sums)."""
-    return (r.positive & r.hit)[mask], (r.positive & ~r.hit)[mask], (~r.positive)[mask]
+    """The (hit, wrong, false) calls of the records in ``mask`` (the columns a :class:`_Tail` sums): each record's
+    indicator times its weight."""
+    w = r.weight[mask]
+    return (r.positive & r.hit)[mask] * w, (r.positive & ~r.hit)[mask] * w, (~r.positive)[mask] * w
 
 
 def _ascend(
@@ -378,8 +391,9 @@ def _descending(values: np.ndarray) -> np.ndarray:
     return np.asarray([NEVER, *sorted({float(x) for x in values}, reverse=True)])
 
 
-def _candidates(values: np.ndarray) -> tuple[np.ndarray, int]:
-    return _descending(values), len(values)
+def _candidates(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, int]:
+    """An intent's floors worth trying, and the calls its records stand for."""
+    return _descending(values), int(weights.sum())
 
 
 def _openings(
@@ -404,7 +418,8 @@ def _openings(
     g = float(grid[within[-1]]) if len(within) else NEVER
     raised = {i: max(floors[i], g) for i in intents}
     cur = every[within[-1]] if len(within) else zero
-    candidates = {i: _candidates(r.s1[mask & (r.lab == i) & (r.s1 >= max(floors[i], lower))]) for i in intents}
+    above = {i: mask & (r.lab == i) & (r.s1 >= max(floors[i], lower)) for i in intents}
+    candidates = {i: _candidates(r.s1[m], r.weight[m]) for i, m in above.items()}
     raised, cur = _ascend(intents, tails, candidates, raised, cur, limit)
     return raised, base, cur
 
@@ -426,7 +441,7 @@ def _fit_floors(r: _Records, budget: Budget, lower: float) -> _Floors:
         within = np.flatnonzero(_within(every, limit))  # feasibility only shrinks as the floor falls
         base = float(grid[within[-1]]) if len(within) else NEVER
         cur = every[within[-1]] if len(within) else np.zeros(3, dtype=np.int64)
-        candidates = {i: _candidates(r.s1[sel & (r.lab == i)]) for i in intents}
+        candidates = {i: _candidates(r.s1[m], r.weight[m]) for i in intents for m in [sel & (r.lab == i)]}
         floors, cur = _ascend(intents, tails, candidates, dict.fromkeys(intents, base), cur, limit)
         floors = {i: max(f, lower) for i, f in floors.items()}
         opening, before, after = _openings(r, eligible, lower, floors, budget)
@@ -471,7 +486,7 @@ def fit(
         return nothing("no history", skills, lower_bound)
     dim = int(next(iter(examples[0].vectors.values())).shape[0])
     intents = by_intent(skills)
-    negatives = sum(1 for e in examples if e.intent not in intents)
+    negatives = sum(e.weight for e in examples if e.intent not in intents)
     if negatives < budget.min_negatives:
         return nothing(
             f"{negatives} request(s) without a skill; {budget.min_negatives} needed", skills, lower_bound, dim
@@ -501,7 +516,9 @@ def fit(
         return rule
     labels = _labels(skills, examples)
     newest = [e for e in reversed(examples) if e.trains]  # examples arrive oldest first
-    vecs, lab, wts = _merged([e.vectors[view] for e in newest], [_label(e, labels) for e in newest])
+    vecs, lab, wts = _merged(
+        [e.vectors[view] for e in newest], [_label(e, labels) for e in newest], [e.weight for e in newest]
+    )
     if strength is None:  # the nearest exemplar is stored: the newest distinct exemplars, a bounded number per label
         seen: dict[str, int] = {}
         pick = []

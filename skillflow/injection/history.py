@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from skillflow.injection.applicability import intent_of
 from skillflow.injection.calibration import Example
@@ -66,6 +67,7 @@ class Point:
     trains: bool = True  # the classifier is trained on it (see :func:`call_points`)
     failed: bool = False  # the run's outcome is failure
     opening: bool = False  # a conversation's point after one user message, no call made: the single-turn form
+    weight: int = 1  # the run's call points it stands for (the same messages and the same calls made)
 
 
 def _lines(query: str) -> list[str]:
@@ -116,8 +118,15 @@ def call_points(runs: Sequence[HistoryRun], declared: Mapping[str, bool] | None 
         if not _lines(r.query):  # a write made without a new message: the earlier request, whole
             points = [(span, proc[:j]) for j in range(len(proc))]
         trains = {span[:1], span}
+        # A point reads the calls made as a set (which intents they leave), so points of one run with the same
+        # messages and the same set of calls decide alike: one point, weighted by how many calls it stands for.
+        # An agent that repeats its reads then costs the fit no more than one that makes each once.
+        same: dict[tuple[tuple[str, ...], frozenset[str]], list[Any]] = {}
+        for s, p in dict.fromkeys(points):
+            if s:
+                same.setdefault((s, frozenset(p)), [p, 0])[1] += 1
         out += [
-            Point(i, s, p, intent, s in trains, failed, len(s) == 1 and not p) for s, p in dict.fromkeys(points) if s
+            Point(i, s, p, intent, s in trains, failed, len(s) == 1 and not p, n) for (s, _), (p, n) in same.items()
         ]
     return out
 
@@ -144,6 +153,7 @@ def examples(
             trains=p.trains,
             failed=p.failed,
             opening=p.opening,
+            weight=p.weight,
         )
         for p in points
     ]

@@ -217,15 +217,19 @@ def test_inner_cv_counts_stay_within_the_budgets(overlap: float) -> None:
         assert r.counts(rule.margin, fv) == (inner["hits"], inner["wrong"], inner["false"])
 
 
-def _records_of(scores: list[float], kinds: str, openings: Sequence[bool] = ()) -> calibration._Records:
+def _records_of(
+    scores: list[float], kinds: str, openings: Sequence[bool] = (), weights: Sequence[int] = ()
+) -> calibration._Records:
     """Inner-CV records of one intent ``x``: ``h`` a hit, ``w`` another intent's request, ``f`` a request without a
-    skill, ``n`` a request without a skill that ``NONE`` won; ``openings`` marks the openings (default: none)."""
+    skill, ``n`` a request without a skill that ``NONE`` won; ``openings`` marks the openings (default: none),
+    ``weights`` the calls each stands for (default: one)."""
     lab = np.asarray([NONE if k == "n" else "x" for k in kinds])
     positive = np.asarray([k in "hw" for k in kinds])
     opening = np.asarray(list(openings) or [False] * len(kinds), dtype=bool)
+    weight = np.asarray(list(weights) or [1] * len(kinds), dtype=np.int64)
     return calibration._Records(
         lab, np.asarray(scores), np.ones(len(kinds)), lab != NONE, positive, np.asarray([k == "h" for k in kinds]),
-        opening,
+        opening, weight,
     )  # fmt: skip
 
 
@@ -275,7 +279,7 @@ def test_the_fitted_counts_always_keep_the_bound(rows: list[tuple[float, str, bo
     )
     assert r.counts(0.0, fv) == (hits, wrong, false)  # the gap is 1 everywhere: every margin passes
     o = r.opening
-    sub = calibration._Records(r.lab[o], r.s1[o], r.gap[o], r.has_skill[o], r.positive[o], r.hit[o], o[o])
+    sub = calibration._Records(r.lab[o], r.s1[o], r.gap[o], r.has_skill[o], r.positive[o], r.hit[o], o[o], r.weight[o])
     assert sub.counts(0.0, fv[o]) == chosen.opening_counts
 
 
@@ -450,3 +454,26 @@ def test_a_fit_on_conversations_holds_their_openings_to_the_budgets() -> None:
     alone = sum(decide(rule, v, ()).skill_id is not None for v in fresh)  # as if a call had been made
     held = sum(decide(rule, v, (), one_message=True).skill_id is not None for v in fresh)
     assert held < alone  # new look-up openings: the opening floor turns some injections away
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.0, 1.0), st.sampled_from("hwfn"), st.booleans(), st.integers(1, 6)),
+        min_size=1,
+        max_size=80,
+    )
+)
+def test_a_weighted_record_fits_as_its_calls_would_one_by_one(rows: list[tuple[float, str, bool, int]]) -> None:
+    """A run's call points with the same messages and calls made are one record weighted by their number
+    (docs/guide/runtime.md, "Which skill, or none"): the fit must choose exactly what it chose from each call."""
+    weighted = _records_of(
+        [x for x, _, _, _ in rows], "".join(k for _, k, _, _ in rows), [o for *_, o, _ in rows], [w for *_, w in rows]
+    )
+    each = [(x, k, o) for x, k, o, w in rows for _ in range(w)]
+    expanded = _records_of([x for x, _, _ in each], "".join(k for _, k, _ in each), [o for _, _, o in each])
+    budget = Budget(wrong=0.2, false=0.3)
+    assert calibration._fit_floors(weighted, budget, 0.0) == calibration._fit_floors(expanded, budget, 0.0)
+    assert (weighted.n_pos, weighted.n_neg, weighted.n_open_pos, weighted.n_open_neg) == (
+        expanded.n_pos, expanded.n_neg, expanded.n_open_pos, expanded.n_open_neg,
+    )  # fmt: skip

@@ -256,3 +256,34 @@ def test_every_live_opening_is_one_of_the_history_s_whatever_the_messages(first:
     where the agent was called), so the live openings are among the history's."""
     history, live = _openings(_conversation(first, second))
     assert set(_texts(live)) <= set(_texts(history))
+
+
+def test_repeated_reads_cost_the_fit_nothing_and_change_nothing_it_chooses() -> None:
+    """An agent that reads the same things again and again gives a run many call points with the same messages and
+    the same calls made; they decide alike, so they are one example weighted by their number. The rule fitted on
+    them is the one fitted on every call point one by one, and the work no longer grows with the repeats."""
+    from dataclasses import replace
+
+    loop = " > ".join(["get_user", "get_reservation"] * 10)
+    runs = [
+        *[run(f"c{i}", f"cancel reservation R{i} please {i % 3}", f"{loop} > cancel_reservation") for i in range(12)],
+        *[run(f"b{i}", f"book a flight to city {i} soon", "get_user > search > book_reservation") for i in range(12)],
+        *[run(f"n{i}", f"what is on reservation R{i} {i % 4}", loop, f"conv-{i}", 0) for i in range(14)],
+    ]
+    weighted = examples(runs, EMB, VIEWS, lambda t: t)
+    each = [replace(e, weight=1) for e in weighted for _ in range(e.weight)]
+    assert len(each) == 12 * 21 + 12 * 3 + 14 * 20 and len(weighted) == 12 * 3 + 12 * 3 + 14 * 3
+    skills = [
+        LiveSkill("s1", "h-c0", "cancel_reservation", ("get_user", "get_reservation", "cancel_reservation")),
+        LiveSkill("s2", "h-b0", "book_reservation", ("get_user", "search", "book_reservation")),
+    ]
+    for nearest in (None, ()):  # whichever score the fit prefers, and the classifier alone
+        a, b = (fit(x, skills, VIEWS, Budget(), 0.0, nearest=nearest) for x in (weighted, each))
+        assert (a.view, a.strength, a.margin, a.floors, a.opening_floors, a.inner) == (
+            b.view, b.strength, b.margin, b.floors, b.opening_floors, b.inner,
+        )  # fmt: skip
+        assert a.inner["positives"] == 12 * 21 + 12 * 3 and a.inner["opening_negatives"] == 14
+        for x, y in ((a.weights, b.weights), (a.bias, b.bias), (a.exemplars, b.exemplars)):
+            np.testing.assert_array_equal(x if x is not None else [], y if y is not None else [])
+        np.testing.assert_array_equal(a.exemplar_labels, b.exemplar_labels)
+    assert a.weights is not None  # the classifier was compared too
