@@ -4,6 +4,7 @@ provider loops against a local fake server, and one offline end-to-end run."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -304,6 +305,23 @@ def test_offline_end_to_end_at_the_production_configuration(offline_run: tuple[E
         assert agg[arm]["target_skill_rate"] == agg[arm]["skill_prompt_rate"]
         without = sum(1 for r in result.results if r.arm == arm and not r.skills_in_prompt)
         assert f"{arm}: no skill injected for {without}/{n} request(s)" in result.notes
+        # Each case says why (the rule's reason), and the notes set the fit's own estimate at single-turn requests
+        # (the openings: these cases' form) beside what the cases got.
+        rows = [r for r in result.results if r.arm == arm]
+        assert {r.selection for r in rows if r.skills_in_prompt} == {"injected"}
+        why = Counter(r.selection for r in rows if not r.skills_in_prompt)
+        assert all(why) and "unknown" not in why
+        if why:
+            assert f"{arm}: why not: " + "; ".join(f"{w} {k}" for w, k in why.most_common()) in result.notes
+        inner = rules[arm]["inner"]
+        assert inner["opening_positives"] > 0  # a record_run history's requests are openings
+        right = sum(1 for r in rows if r.target_skill_in_prompt)
+        assert any(
+            x.startswith(f"{arm}: the fit's inner CV at single-turn requests: the right skill at ")
+            and x.endswith(f"these cases: the right skill at {right}/{n} ({right / n:.2f})")
+            for x in result.notes
+        )
+    assert all(r.selection == "" for r in result.results if r.arm in ("baseline", "no_memory"))
     dev = agg["skill_developer"]
     assert (
         dev["developer_message_rate"] == dev["skill_prompt_rate"] and agg["skill_user"]["developer_message_rate"] == 0

@@ -90,7 +90,13 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
                 r["case_id"],
                 str(r["repeat"]),
                 r["procedure_source"],
-                "right" if r["target_skill_in_prompt"] else "wrong" if r["skills_in_prompt"] else "none",
+                "right"
+                if r["target_skill_in_prompt"]
+                else "wrong"
+                if r["skills_in_prompt"]
+                else f"none: {r['selection']}"
+                if r.get("selection")
+                else "none",
                 "ok" if r["workflow_accuracy"] else "miss",
                 "ok" if r["answer_accuracy"] else "miss",
                 f"{r['total_tokens']:.0f}",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -167,6 +168,8 @@ def run_case(
     )
     run = model.run(prepared.request, case.task)
     elapsed = (time.perf_counter() - started) * 1000
+    # Why the rule chose what it did (outside the timing): the same decision prepare made, with its reason.
+    why = arm.sf.select_skills(case.request, USER_ID).reason if arm.skills else ""
     return CaseResult(
         arm=arm.name,
         case_id=case.case_id,
@@ -191,6 +194,7 @@ def run_case(
         target_skill_in_prompt=any(s.canonical_hash == target_hash for s in prepared.skills),
         procedure_source=run.note,
         error=run.error,
+        selection=why,
     )
 
 
@@ -358,8 +362,29 @@ def _notes(
                 f"{arm}: no skill injected for {without}/{len(rows)} request(s)"
                 + ("" if rule.get("injects", True) else f" (the fitted rule injects nothing: {rule.get('reason')})")
             )
+            notes.extend(_diagnosis(arm, rows, rule))
     if settings.provider == "offline":
         notes.append("answers are checked exactly; tokens are estimated as ceil(characters / 4)")
     else:
         notes.append("answers are checked on key facts (ids, amounts, outcome words); tokens from provider usage")
     return notes
+
+
+def _diagnosis(arm: str, rows: Sequence[CaseResult], rule: dict[str, Any]) -> list[str]:
+    """Why a skill arm's requests went without a skill, and the fit's own estimate beside what they got: every
+    case is a single-turn request (an opening), so the inner CV's counts at the openings are its prediction."""
+    out = []
+    reasons = Counter(r.selection or "unknown" for r in rows if not r.skills_in_prompt)
+    if reasons:
+        out.append(f"{arm}: why not: " + "; ".join(f"{why} {n}" for why, n in reasons.most_common()))
+    inner = rule.get("inner") or {}
+    pos, neg = inner.get("opening_positives", 0), inner.get("opening_negatives", 0)
+    if pos:
+        right = sum(1 for r in rows if r.target_skill_in_prompt)
+        out.append(
+            f"{arm}: the fit's inner CV at single-turn requests: the right skill at {inner.get('opening_hits', 0)}/"
+            f"{pos} ({inner.get('opening_hits', 0) / pos:.2f}), a wrong one at {inner.get('opening_wrong', 0)}, "
+            f"a skill at {inner.get('opening_false', 0)}/{neg} without one; these cases: the right skill at "
+            f"{right}/{len(rows)} ({right / len(rows):.2f})"
+        )
+    return out

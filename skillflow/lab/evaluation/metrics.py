@@ -62,6 +62,7 @@ class CaseResult:
     target_skill_in_prompt: bool = False
     procedure_source: str = ""
     error: str | None = None
+    selection: str = ""  # a skill arm's rule: why this request got its skill or none (the Selection's reason)
 
     @property
     def workflow_correct(self) -> bool:
