@@ -78,7 +78,7 @@ class PromotionConfig(BaseModel):
         0.05, ge=0.0, le=1.0, description="Fitted rule: most injections per request no skill answers (inner CV)"
     )
     applicability_min_negatives: int = Field(
-        10, ge=0, le=100_000, description="Fitted rule: requests without a skill needed before it injects at all"
+        10, ge=0, le=100_000, description="Fitted rule: call points without a skill needed before it injects at all"
     )
     applicability_history_runs: int = Field(
         2000, ge=10, le=100_000, description="Fitted rule: newest runs of the tenant it is fitted on"
