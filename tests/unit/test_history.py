@@ -287,3 +287,57 @@ def test_repeated_reads_cost_the_fit_nothing_and_change_nothing_it_chooses() -> 
             np.testing.assert_array_equal(x if x is not None else [], y if y is not None else [])
         np.testing.assert_array_equal(a.exemplar_labels, b.exemplar_labels)
     assert a.weights is not None  # the classifier was compared too
+
+
+READS = ("get_user", "get_reservation", "search")
+KINDS = {  # the requests of each kind of run, and the write it ends in (none: a look-up)
+    "cancel_reservation": ("cancel my trip", "please cancel H1", "cancel it now", "cancel H1\nyes"),
+    "book_reservation": ("book a flight", "book one to Oslo", "I want to book"),
+    "": ("what is on H1", "show my trip", "", "how many bags"),
+}
+a_run = st.sampled_from(sorted(KINDS)).flatmap(
+    lambda kind: st.tuples(
+        st.sampled_from(KINDS[kind]),
+        st.lists(st.sampled_from(READS), min_size=0 if kind else 1, max_size=10).map(
+            lambda reads: [*reads, kind] if kind else reads
+        ),
+        st.sampled_from([None, None, "c1", "c2", "c3", "c4", "c5"]),
+        st.sampled_from([None, 0, 1]),
+        st.sampled_from(["success", "success", "success", "failure", "unknown"]),
+    )
+)
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(a_run, min_size=1, max_size=40))
+def test_any_history_fits_weighted_as_it_does_point_by_point(rows: list[tuple[Any, ...]]) -> None:
+    """Whatever the runs (standalone or segments, repeated calls, failed or unknown outcomes, no request), the rule
+    fitted on the weighted examples is the one fitted on every call point one by one, and the fit never raises."""
+    from dataclasses import replace
+
+    runs = [
+        HistoryRun(f"r{i}", q, " > ".join(tools), f"h-{tools[-1]}", conv, seg if conv else None, out)
+        for i, (q, tools, conv, seg, out) in enumerate(rows)
+    ]
+    weighted = examples(runs, EMB, VIEWS, lambda t: t)
+    each = [replace(e, weight=1) for e in weighted for _ in range(e.weight)]
+    assert len(each) == len(call_points_one_by_one(runs))
+    skills = [
+        LiveSkill("s1", "h-cancel_reservation", "cancel_reservation", ("get_user", "cancel_reservation")),
+        LiveSkill("s2", "h-book_reservation", "book_reservation", ("search", "book_reservation")),
+    ]
+    budget = Budget(min_negatives=1, folds=2)
+    a, b = (fit(x, skills, VIEWS, budget, 0.0) for x in (weighted, each))
+    assert (a.reason, a.view, a.strength, a.margin, a.floors, a.opening_floors, a.inner) == (
+        b.reason, b.view, b.strength, b.margin, b.floors, b.opening_floors, b.inner,
+    )  # fmt: skip
+
+
+def call_points_one_by_one(runs: list[HistoryRun]) -> list[tuple[int, tuple[str, ...], tuple[str, ...]]]:
+    """Every call point of the runs, each once, without merging those with the same calls made (the reference)."""
+    out = []
+    for p in call_points(runs):
+        proc = runs[p.run].tool_sequence.split(" > ")
+        same = [proc[:j] for j in range(len(proc)) if set(proc[:j]) == set(p.prefix) and len(proc[:j]) >= len(p.prefix)]
+        out += [(p.run, p.so_far, tuple(q)) for q in same]
+    return out
