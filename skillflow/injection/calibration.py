@@ -58,7 +58,7 @@ class Example:
     trains: bool = True  # a row the classifier is trained on; every example is scored by the inner CV
     failed: bool = False  # its run failed (see :func:`taught`)
     opening: bool = False  # one user message, no call since the last write: the form a single-turn request has
-    weight: int = 1  # the model calls it stands for: a run's calls that leave the same calls made are one example
+    weight: int = 1  # the call points it stands for: a run's points with the same messages and calls made are one
 
 
 UNSUCCESSFUL = "unsuccessful"  # a failed run's label when it teaches a negative: never an intent, so NONE
@@ -489,7 +489,7 @@ def fit(
     negatives = sum(e.weight for e in examples if e.intent not in intents)
     if negatives < budget.min_negatives:
         return nothing(
-            f"{negatives} request(s) without a skill; {budget.min_negatives} needed", skills, lower_bound, dim
+            f"{negatives} call point(s) without a skill; {budget.min_negatives} needed", skills, lower_bound, dim
         )
     if len({e.group for e in examples}) < budget.folds:
         return nothing(f"fewer than {budget.folds} conversations", skills, lower_bound, dim)
