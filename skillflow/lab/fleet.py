@@ -28,10 +28,24 @@ from typing import IO, Any
 BIN = Path(sys.executable).parent
 
 
+PORT_ATTEMPTS = 3
+
+
 def free_port() -> int:
+    """A port free now; another process may bind it before the caller does (:meth:`LocalFleet.__enter__` retries)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _port_taken(log: Path, offset: int) -> bool:
+    """Whether the server that wrote ``log`` from ``offset`` on exited because its port was already bound."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(offset)
+            return b"already in use" in fh.read()  # Prefect's own check ("Port N is already in use") or uvicorn's bind
+    except OSError:
+        return False
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
@@ -171,15 +185,25 @@ class LocalFleet:
 
     def __enter__(self) -> LocalFleet:
         self.home.mkdir(parents=True, exist_ok=True)
-        self.port = self.port or free_port()
-        env = self.process_env()
-        env.pop("PREFECT_API_URL")
-        if self.server_db:
-            env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.server_db
+        chosen = not self.port  # a port this fleet picks may be taken before the server binds it: pick again
         started = time.monotonic()
-        cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
-        self.server = self._spawn(cmd, env, "server.log")
-        self._wait(lambda: self._get("/health") is True, 120, "server health")
+        for attempt in range(PORT_ATTEMPTS):
+            self.port = self.port or free_port()
+            env = self.process_env()
+            env.pop("PREFECT_API_URL")
+            if self.server_db:
+                env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.server_db
+            log = self.home / "server.log"
+            offset = log.stat().st_size if log.exists() else 0
+            cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
+            self.server = self._spawn(cmd, env, "server.log")
+            try:
+                self._wait(lambda: self._get("/health") is True, 120, "server health")
+                break
+            except RuntimeError:
+                if not chosen or attempt == PORT_ATTEMPTS - 1 or not _port_taken(log, offset):
+                    raise
+                self.server, self.port = None, 0  # it exited: another process bound the port in between
         self.timings["server_start_s"] = round(time.monotonic() - started, 2)
         return self
 
