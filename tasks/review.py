@@ -32,19 +32,16 @@ log = logging.getLogger("skillflow.review")  # also outside a flow run, where th
 ACTOR = "flow:activation-review"
 
 
-def _input_prefix(state: Any) -> str:
-    """The prefix Prefect stores a wait's input under for ``state`` (its keyset's base without the key)."""
-    from prefect.input.run_input import keyset_from_paused_state
-
-    return keyset_from_paused_state(state)["response"].removesuffix("-response").removesuffix("-")
-
-
 def _wait_prefixes() -> tuple[str, ...]:
     """The key prefixes of the two states a review waits in (docs/guide/lifecycle.md), as Prefect builds them
     (``paused-<key>-…``, ``suspended-<key>-…``: the state's name), asked of Prefect rather than spelled here."""
+    from prefect.input.run_input import keyset_from_paused_state
     from prefect.states import Paused, Suspended
 
-    return tuple(_input_prefix(state(pause_key="")) for state in (Paused, Suspended))
+    return tuple(
+        keyset_from_paused_state(state(pause_key="k"))["response"].removesuffix("-k-response")
+        for state in (Paused, Suspended)
+    )
 
 
 WAIT_STATES = _wait_prefixes()
