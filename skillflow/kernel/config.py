@@ -72,10 +72,13 @@ class PromotionConfig(BaseModel):
     )
     max_skills_in_context: int = Field(2, ge=0, le=20, description="Skills injected per turn")
     applicability_wrong_budget: float = Field(
-        0.03, ge=0.0, le=1.0, description="Fitted rule: most wrong-skill injections per applicable request (inner CV)"
+        0.03,
+        ge=0.0,
+        le=1.0,
+        description="Fitted rule: most wrong-skill injections per call point a skill answers (inner CV)",
     )
     applicability_false_budget: float = Field(
-        0.05, ge=0.0, le=1.0, description="Fitted rule: most injections per request no skill answers (inner CV)"
+        0.05, ge=0.0, le=1.0, description="Fitted rule: most injections per call point no skill answers (inner CV)"
     )
     applicability_min_negatives: int = Field(
         10, ge=0, le=100_000, description="Fitted rule: call points without a skill needed before it injects at all"
