@@ -18,8 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,33 +28,14 @@ from typing import Any
 
 from skillflow.cli.uibrowser import browser
 from skillflow.cli.uitour import FORMS, Tour, tour
+from skillflow.lab.fleet import PORT_ATTEMPTS, free_port, port_taken, stop_group
 
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _bin(name: str) -> str:
     local = Path(sys.executable).parent / name
     return str(local) if local.exists() else name
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop a process group this module started (by its id), politely first."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=5)
 
 
 def _healthy(api_url: str) -> bool:
@@ -69,28 +48,40 @@ def _healthy(api_url: str) -> bool:
 
 @contextlib.contextmanager
 def local_prefect_server(home: Path, port: int | None = None, timeout: float = 120.0) -> Iterator[str]:
-    """Run ``prefect server start`` on 127.0.0.1 with PREFECT_HOME=``home``; yield its API URL; stop it."""
-    port = port or free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
+    """Run ``prefect server start`` on 127.0.0.1 with PREFECT_HOME=``home``; yield its API URL; stop it.
+
+    A port picked here (``port`` None) may be bound by another process before the server binds it; the server
+    then exits saying so and another port is picked (as the fleet harness does); a port the caller gave is kept.
+    """
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home), "PREFECT_SERVER_UI_API_URL": api_url}
+    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_UI_API_URL", None)
     env["PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT"] = "false"
-    log = (home / "server.log").open("wb")
-    cmd = [_bin("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + timeout
-        while not _healthy(api_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (home / "server.log").read_text(errors="replace")[-2000:]
+    path = home / "server.log"
+    with path.open("ab") as log:
+        for attempt in range(PORT_ATTEMPTS):
+            at = port or free_port()
+            api_url = f"http://127.0.0.1:{at}/api"
+            env["PREFECT_SERVER_UI_API_URL"] = api_url
+            offset = path.stat().st_size
+            cmd = [_bin("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(at)]
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            deadline = time.monotonic() + timeout
+            while not _healthy(api_url) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if not _healthy(api_url):
+                exited = proc.poll() is not None
+                stop_group(proc)
+                if exited and not port and attempt < PORT_ATTEMPTS - 1 and port_taken(path, offset):
+                    continue  # another process bound the port this picked before the server did
+                tail = path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"prefect server did not become healthy within {timeout:.0f}s:\n{tail}")
-            time.sleep(0.5)
-        yield api_url
-    finally:
-        _stop(proc)
-        log.close()
+            try:
+                yield api_url
+            finally:
+                stop_group(proc)
+            return
 
 
 @contextlib.contextmanager
@@ -105,7 +96,7 @@ def serving(database_url: str, api_url: str, workdir: Path) -> Iterator[subproce
     try:
         yield proc
     finally:
-        _stop(proc)
+        stop_group(proc)
         log.close()
 
 

@@ -32,13 +32,14 @@ PORT_ATTEMPTS = 3
 
 
 def free_port() -> int:
-    """A port free now; another process may bind it before the caller does (:meth:`LocalFleet.__enter__` retries)."""
+    """A port free now; another process may bind it before the caller does (:meth:`LocalFleet.__enter__` and
+    ``skillflow.cli.uicheck.local_prefect_server`` retry)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _port_taken(log: Path, offset: int) -> bool:
+def port_taken(log: Path, offset: int) -> bool:
     """Whether the server that wrote ``log`` from ``offset`` on exited because its port was already bound."""
     try:
         with log.open("rb") as fh:
@@ -201,7 +202,7 @@ class LocalFleet:
                 self._wait(lambda: self._get("/health") is True, 120, "server health")
                 break
             except RuntimeError:
-                if not chosen or attempt == PORT_ATTEMPTS - 1 or not _port_taken(log, offset):
+                if not chosen or attempt == PORT_ATTEMPTS - 1 or not port_taken(log, offset):
                     raise
                 self.server, self.port = None, 0  # it exited: another process bound the port in between
         self.timings["server_start_s"] = round(time.monotonic() - started, 2)

@@ -1,7 +1,8 @@
 """A fleet's server port, picked free, can be bound by another process before the server binds it (it happened
 under xdist: the server exited with "address already in use" and the fleet test failed; bound before Prefect's own
 check, it says "Port N is already in use"). The fleet picks another
-port and starts again; a port the caller chose is never changed."""
+port and starts again; a port the caller chose is never changed. The same holds for the single server
+``local_prefect_server`` starts (``make ui-check`` and the deployment tests)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from skillflow.cli import uicheck
 from skillflow.lab import fleet as fleet_module
 from skillflow.lab.fleet import LocalFleet
 
@@ -39,4 +41,19 @@ def test_a_picked_port_taken_in_between_is_picked_again(
 
 def test_a_port_the_caller_chose_is_not_changed(taken: int, tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="prefect server exited"), LocalFleet(tmp_path / "prefect", port=taken):
+        pass
+
+
+def test_the_ui_check_server_picks_again_too(taken: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ports = iter([taken])
+    real = uicheck.free_port
+    monkeypatch.setattr(uicheck, "free_port", lambda: next(ports, None) or real())
+    with uicheck.local_prefect_server(tmp_path / "prefect", timeout=120) as api_url:
+        assert f":{taken}/" not in api_url and uicheck._healthy(api_url)
+    assert b"already in use" in (tmp_path / "prefect" / "server.log").read_bytes()
+    assert not uicheck._healthy(api_url)  # stopped on the way out
+
+
+def test_the_ui_check_server_keeps_a_port_the_caller_chose(taken: int, tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="already in use"), uicheck.local_prefect_server(tmp_path / "p", port=taken):
         pass
