@@ -73,6 +73,7 @@ class Prepared:
     skill_ids: tuple[str, ...]
     assembled: Assembled
     error: str | None = None  # why the turn degraded to a request without skills (names parameters, not values)
+    reason: str = ""  # why the rule chose these skills or none (``select_skills``' fixed phrase); "" if not asked
 
 
 class DatabaseDown(RuntimeError):
@@ -507,10 +508,12 @@ class Skillflow:
             args = PrepareArgs.unreadable(PROVIDERS, exc)
         problems = args.problems
         skills: list[ScoredSkill] = []
+        reason = ""
         unread: list[str] = []  # the skills could not be read: the turn degrades, the reason names the error class
         if self.options.skillbox and not problems:
             try:
-                skills = self.select_skills(args.query[:MAX_RETRIEVAL_CHARS], args.user_id, args.conversation).skills
+                selection = self.select_skills(args.query[:MAX_RETRIEVAL_CHARS], args.user_id, args.conversation)
+                skills, reason = selection.skills, selection.reason
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
                 # While the breaker is open the one warning was logged when it opened: no line per model call.
                 level = logging.DEBUG if isinstance(exc, DatabaseDown) else logging.WARNING
@@ -539,7 +542,12 @@ class Skillflow:
             assembled.dropped_workflows,
         )
         return Prepared(
-            request, list(assembled.skills), assembled.skill_ids, assembled, error="; ".join(problems + unread) or None
+            request,
+            list(assembled.skills),
+            assembled.skill_ids,
+            assembled,
+            error="; ".join(problems + unread) or None,
+            reason=reason,
         )
 
     def retrieve_workflows_by_query(

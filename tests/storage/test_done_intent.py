@@ -51,9 +51,11 @@ def test_a_completed_write_is_not_injected_again_until_a_new_request(sqlite_engi
     cancel = {ids["cancel-a"], ids["cancel-b"]}
     assert set(skills(sf, CANCELLED[:1])) <= cancel and skills(sf, CANCELLED[:1])  # before the write: injected
     assert skills(sf, CANCELLED[:5]) == (ids["cancel-a"],)  # the reads of cancel-a's procedure, before the write
+    assert sf.prepare(REQUEST, U, conversation=Conversation.from_messages(CANCELLED[:5])).reason == "injected"
     # Right after the successful cancel, with no new user message: the intent is done.
     assert skills(sf, CANCELLED) == ()
     assert sf.select_skills(REQUEST, U, Conversation.from_messages(CANCELLED)).reason == DONE
+    assert sf.prepare(REQUEST, U, conversation=Conversation.from_messages(CANCELLED)).reason == DONE  # told the agent
     # A new user message asking for the same thing again: the rule assigns it to cancel from that message.
     again = [*CANCELLED, {"role": "user", "content": "cancel my booking please"}]
     assert set(skills(sf, again)) <= cancel and skills(sf, again)

@@ -168,8 +168,7 @@ def run_case(
     )
     run = model.run(prepared.request, case.task)
     elapsed = (time.perf_counter() - started) * 1000
-    # Why the rule chose what it did (outside the timing): the same decision prepare made, with its reason.
-    why = arm.sf.select_skills(case.request, USER_ID).reason if arm.skills else ""
+    why = prepared.reason if arm.skills else ""  # why the rule chose what it did
     return CaseResult(
         arm=arm.name,
         case_id=case.case_id,
