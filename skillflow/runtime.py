@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,24 @@ def _flag(value: Any) -> bool | None:
     if type(value) is int and value in (0, 1):
         return bool(value)
     return None
+
+
+def _segment_skills(value: Any) -> dict[int, Any]:
+    """``record_conversation``'s ``skills_activated``: a mapping of segment indexes (int) to skill ids, each id
+    list read later as ``record_run``'s is; ``RunValidationError`` naming the parameter for anything else (the
+    ids alone, ``record_run``'s form, say nothing of which procedure they were injected for)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RunValidationError("skills_activated must map a segment index to the skill ids injected for it")
+    out: dict[int, Any] = {}
+    for key, ids in value.items():
+        if type(key) is not int:  # never the key's own __eq__/__hash__: it is looked up by the segment's index
+            raise RunValidationError("skills_activated keys must be segment indexes (int)")
+        if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+            raise RunValidationError("skills_activated values must be iterables of skill ids")
+        out[key] = ids
+    return out
 
 
 @dataclass
@@ -108,6 +127,12 @@ class Skillflow:
             workflow_memory=self.workflow_memory,
             skillbox=enabled if self.skillbox is None else self.skillbox,
         )
+        if self.spool_dir is None:
+            self.spool_dir = Path(".skillflow/spool")
+        elif isinstance(self.spool_dir, str | os.PathLike):
+            self.spool_dir = Path(self.spool_dir)  # a str spooled nothing: the run of an outage was lost
+        else:
+            raise TypeError("spool_dir must be a path (str or os.PathLike)")
         self.config = self.config or load_promotion_config()
         settings = get_settings()
         self._timeout = settings.capture_timeout_seconds
@@ -123,8 +148,6 @@ class Skillflow:
         except OperationalError:
             log.warning("database unreachable at start-up: runs spool until it is back")
             self._went_down()
-        if self.spool_dir is None:
-            self.spool_dir = Path(".skillflow/spool")
 
     # -- the database breaker ----------------------------------------------------------------------
     def _down(self) -> bool:
@@ -240,7 +263,7 @@ class Skillflow:
                 raise RunValidationError("conversation_id must be a non-empty string")
             given = given_outcome(outcome)
             segments = segment_conversation(messages, self._declared_tools(), complete=whole)
-            activated = dict(skills_activated or {})
+            activated = _segment_skills(skills_activated)
         except Exception as exc:
             if strict:
                 raise
@@ -309,10 +332,11 @@ class Skillflow:
         try:
             if not strict:  # a strict caller gets the database's own error
                 self._check_up()
-            result = self._write(normalized, conversation)
+            result = self._store(normalized, conversation)
         except DatabaseDown as exc:
             path = self._spool(normalized, conversation)
-            log.debug("database down; run %s spooled", normalized.run_id)
+            if path is not None:  # a run that could not be spooled was logged as such by _spool
+                log.debug("database down; run %s spooled", normalized.run_id)
             return CaptureResult(normalized.run_id or "", False, error=type(exc).__name__, spooled=path is not None)
         except OperationalError as exc:
             self._went_down()
@@ -381,7 +405,7 @@ class Skillflow:
                 continue
             try:
                 run = normalize_run(doc)
-                result = self._replay_write(run, ConversationOutcome.from_dict(doc.get(CONVERSATION_OUTCOME)))
+                result = self._store(run, ConversationOutcome.from_dict(doc.get(CONVERSATION_OUTCOME)))
             except RunValidationError as exc:
                 quarantined += spool.quarantine(path) is not None
                 log.warning("spool file %s quarantined: %s", path.name, exc)
@@ -404,9 +428,10 @@ class Skillflow:
             log.warning("spool replay: %d stored, %d quarantined in %s/", stored, quarantined, spool.QUARANTINE)
         return stored
 
-    def _replay_write(self, run: RunInput, conversation: ConversationOutcome | None) -> CaptureResult:
-        """:meth:`_write` for a spooled run. A concurrent replay that inserted the same run id between this
-        write's read and its insert makes the insert fail (``IntegrityError``); written again, the run finds
+    def _store(self, run: RunInput, conversation: ConversationOutcome | None) -> CaptureResult:
+        """:meth:`_write`, converging with a concurrent write of the same run id (another thread or process
+        recording the same conversation, another replay of the same spool): that write's insert between this
+        one's read and its insert makes this insert fail (``IntegrityError``); written again, the run finds
         that row (``already_stored``)."""
         try:
             return self._write(run, conversation)
@@ -599,7 +624,7 @@ class Skillflow:
         """
         assert self.engine is not None
         now = utcnow()
-        tools = sorted(set(names))
+        tools = sorted({names} if isinstance(names, str) else set(names))  # one name is one tool
         declared = dict(state_changing or {})
         handoffs = {hands_off} if isinstance(hands_off, str) else set(hands_off)  # one name is one tool
         unknown = sorted((set(declared) | handoffs) - set(tools))

@@ -7,7 +7,7 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
@@ -70,7 +70,8 @@ def make_engine(
             kwargs.setdefault("poolclass", StaticPool)
             kwargs.setdefault("connect_args", {"check_same_thread": False})
         else:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            with suppress(OSError):  # one that cannot be made fails on connect, as a database that is down
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, **kwargs)
         if database not in ("", ":memory:"):
             event.listen(engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))

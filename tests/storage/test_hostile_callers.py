@@ -166,3 +166,82 @@ def test_partitions_spelled_alike_hold_their_own_leases(engine: Engine) -> None:
 
     assert acquire(engine, lease_name("acme:eu", "bob"), "cycle-x", 600)
     assert acquire(engine, lease_name("acme", "eu:bob"), "cycle-y", 600)
+
+
+# A second audit (2026-12-05), one regression test each; each failed on the code before it.
+
+
+def test_a_spool_folder_given_as_text_keeps_a_run_made_while_the_database_is_down(
+    sqlite_engine: Engine, tmp_path: Path
+) -> None:
+    """``spool_dir="…"`` (a str): the run was neither stored nor spooled, and ``replay_spool`` raised."""
+    down = tmp_path / "down.db"
+    down.mkdir()  # a folder where the database file belongs: SQLite cannot open it
+    spool = str(tmp_path / "spool")
+    result = Skillflow(agent_id="a", database_url=f"sqlite:///{down}", spool_dir=spool).record_run(  # type: ignore[arg-type]
+        "refund", "u", [{"tool": "refund"}]
+    )
+    assert result.spooled and not result.stored
+    assert Skillflow(agent_id="a", engine=sqlite_engine, spool_dir=spool).replay_spool() == 1  # type: ignore[arg-type]
+    assert _runs(sqlite_engine) == 1
+    with pytest.raises(TypeError, match="spool_dir"):
+        Skillflow(agent_id="a", engine=sqlite_engine, spool_dir=3)  # type: ignore[arg-type]
+
+
+def test_an_sqlite_folder_that_cannot_be_made_is_a_database_that_is_down(tmp_path: Path) -> None:
+    """The constructor made the SQLite file's folder and raised when it could not; a database it cannot open is
+    otherwise one that is down: runs spool."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the database's folder belongs
+    sf = Skillflow(agent_id="a", database_url=f"sqlite:///{blocked}/sub/x.db", spool_dir=tmp_path / "spool")
+    assert sf.record_run("refund", "u", [{"tool": "refund"}]).spooled
+
+
+class HostileKey:
+    """A key whose hash collides with segment 0's and whose comparison raises."""
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("hostile __eq__")
+
+
+@pytest.mark.parametrize("bad", [{HostileKey(): ["s1"]}, ("s1",), {"0": ["s1"]}, {True: ["s1"]}, {0: 5}])
+def test_skills_activated_of_a_conversation_is_read_by_segment_index_or_refused(sf: Skillflow, bad: Any) -> None:
+    """A hostile key raised out of ``record_conversation``; the ids alone (``record_run``'s form) refused the
+    conversation as "could not be read: ValueError", naming nothing."""
+    (refused,) = sf.record_conversation(CANCEL, "u", conversation_id="c", skills_activated=bad)
+    assert not refused.stored and refused.error and "skills_activated" in refused.error
+
+
+def test_the_same_conversation_recorded_at_once_by_several_threads_is_stored_for_each(engine: Engine) -> None:
+    """Concurrent writes of one run id: the loser's insert hit the winner's row (``IntegrityError``) and the
+    agent was told the capture failed. Written again it finds the row: ``already_stored``."""
+    import threading
+
+    sf = Skillflow(agent_id="a", engine=engine, spool_dir=Path("/nonexistent"))
+    results: list[Any] = []
+    for n in range(12):
+        barrier = threading.Barrier(4)
+
+        def record(cid: str = f"c{n}", barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            results.extend(sf.record_conversation(CANCEL, "u", conversation_id=cid))
+
+        threads = [threading.Thread(target=record) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(results) == 48 and all(r.stored for r in results), {r.error for r in results}
+    assert sum(not r.already_stored for r in results) == 12 == _runs(engine)
+
+
+def test_one_tool_name_is_one_tool(engine: Engine, sf: Skillflow) -> None:
+    """``register_tools("cancel_booking")`` registered its letters as tools."""
+    from skillflow.storage.schema import agent_tools
+
+    sf.register_tools("cancel_booking")
+    with engine.connect() as conn:
+        assert conn.execute(select(agent_tools.c.tool_name)).scalars().all() == ["cancel_booking"]
