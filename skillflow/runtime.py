@@ -620,9 +620,10 @@ class Skillflow:
         docs/guide/runtime.md); a tool left out follows the tool-name verb rule. ``hands_off`` names the tools
         that hand the conversation off (to a human, another agent): such a tool changes state, and a procedure
         that calls one is not promoted (the ``handoff`` gate, docs/guide/promotion.md). Naming a tool that is
-        not registered, or declaring a hand-off read-only, is a ``ValueError``.
+        not registered, declaring a hand-off read-only, or an ``agent_id`` capture refuses is a ``ValueError``.
         """
         assert self.engine is not None
+        agent = normalize_tenant("agent_id", self.agent_id)  # as capture reads it: two tenants never share a key
         now = utcnow()
         tools = sorted({names} if isinstance(names, str) else set(names))  # one name is one tool
         declared = dict(state_changing or {})
@@ -635,7 +636,7 @@ class Skillflow:
         declared.update({n: True for n in handoffs})
         rows = [
             {
-                "agent_id": self.agent_id,
+                "agent_id": agent,
                 "tool_name": n,
                 "registered_at": now,
                 "changes_state": None if n not in declared else int(bool(declared[n])),
@@ -644,7 +645,7 @@ class Skillflow:
             for n in tools
         ]
         with self.engine.begin() as conn:
-            conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == self.agent_id))
+            conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == agent))
             if rows:
                 conn.execute(insert(agent_tools), rows)
         self._declared = {n: bool(f) for n, f in declared.items()}  # what declared_state_changes now reads

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -249,20 +250,21 @@ def log_review_event(
 def render_markdown(ev: ReviewEvidence) -> str:
     """The review page: SKILL.md plus its evidence (figures and ids; no raw runs or queries)."""
     ready = ev.readiness
+    fence = _fence(ev.content)
     lines = [
         f"# Review: {ev.name} v{ev.version}, revision {ev.revision} ({ev.status}, {ev.injection_role} authority)",
         "",
-        f"- skill id: `{ev.skill_id}`; tenant: `{ev.agent_id}` / `{ev.user_id}`",
+        f"- skill id: `{ev.skill_id}`; tenant: {_inline(ev.agent_id)} / {_inline(ev.user_id)}",
         f"- trajectory class: `{ev.canonical_hash[:12]}`",
-        f"- tools: {', '.join(ev.tools) or '—'}"
-        + (f" — **no longer registered: {', '.join(ev.missing_tools)}**" if ev.missing_tools else ""),
+        f"- tools: {', '.join(map(_inline, ev.tools)) or '—'}"
+        + (f" — **no longer registered: {', '.join(map(_inline, ev.missing_tools))}**" if ev.missing_tools else ""),
         f"- readiness (advisory): {'ready' if ready.get('ready') else 'not ready'}; "
         f"observations {ready.get('observations')}, trajectory match {ready.get('trajectory_match_rate', 0):.2f}, "
         f"matched success {ready.get('matched_success_rate', 0):.2f}",
     ]
-    lines += [f"  - {r}" for r in ready.get("reasons", [])]
+    lines += [f"  - {_inline(r)}" for r in ready.get("reasons", [])]
     if ev.previous_demotion_reason:
-        lines.append(f"- previous version demoted: {ev.previous_demotion_reason}")
+        lines.append(f"- previous version demoted: {_inline(ev.previous_demotion_reason)}")
     if ev.chart_png_base64:
         lines += ["", f"![evidence chart of {ev.name}](data:image/png;base64,{ev.chart_png_base64})"]
     lines += [
@@ -274,11 +276,24 @@ def render_markdown(ev: ReviewEvidence) -> str:
         "",
         "## SKILL.md",
         "",
-        "````markdown",
+        fence + "markdown",
         ev.content,
-        "````",
+        fence,
     ]
     return "\n".join(lines)
+
+
+def _fence(content: str) -> str:
+    """A code fence ``content`` cannot close: longer than its longest run of backticks (at least four), so a
+    skill's own fence line cannot end the block and make the rest of it read as the page's own text."""
+    longest = max((len(run) for run in re.findall(r"`+", content)), default=0)
+    return "`" * max(4, longest + 1)
+
+
+def _inline(text: object) -> str:
+    """A stored value (a tool name, a reason) inside one markdown line: whitespace collapsed (no line of its own)
+    and markdown's punctuation escaped, so it reads as the text it is and not as the page's markup."""
+    return re.sub(r"([\\`*_{}\[\]()<>#+\-.!|~])", r"\\\1", " ".join(str(text).split()))
 
 
 def evidence_table(ev: ReviewEvidence) -> list[dict[str, Any]]:

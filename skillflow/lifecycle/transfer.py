@@ -192,13 +192,18 @@ def import_skill(
     settings: Settings | None = None,
     embedder_name: str | None = None,
 ) -> Imported:
-    """Validate one folder's SKILL.md and store it as a SHADOW skill of the tenant (or say why not)."""
+    """Validate one folder's SKILL.md and store it as a SHADOW skill of the tenant (or say why not).
+
+    A tenant id capture would refuse (a control character, NUL, a lone surrogate: two such tenants could share
+    a live key) is refused here too, with ``RunValidationError`` naming it."""
+    from skillflow.capture.record import normalize_tenant
     from skillflow.injection.embeddings import get_embedder
     from skillflow.injection.retrieval import write_skill_vectors
     from skillflow.promotion.backends import get_judge
     from skillflow.promotion.staleness import registered_tools
     from skillflow.promotion.validation import validate_skill
 
+    agent_id, user_id = normalize_tenant("agent_id", agent_id), normalize_tenant("user_id", user_id)
     label = folder.name
     try:
         content = canonical_skill_md(read_skill_file(folder / "SKILL.md"))
@@ -260,6 +265,9 @@ def import_skills(
     settings: Settings | None = None,
 ) -> list[Imported]:
     """Import every skill folder under ``src`` (see :func:`skill_folders`); one result per folder."""
+    from skillflow.capture.record import normalize_tenant
+
+    agent_id, user_id = normalize_tenant("agent_id", agent_id), normalize_tenant("user_id", user_id)  # before any
     return [
         import_skill(engine, folder, agent_id, user_id, actor=actor, config=config, settings=settings)
         for folder in skill_folders(src)

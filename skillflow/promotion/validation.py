@@ -38,6 +38,9 @@ _BACKTICKED = re.compile(r"`([A-Za-z_][A-Za-z0-9_.:-]*)`")
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
 _WHEN_NOT = re.compile(r"when\s+not\s+to\s+apply", re.IGNORECASE)
 _DIGIT_MARK = re.compile(r"(?<=\d)[*_~`](?=\d)")
+# An HTML comment renders as nothing (a review page, an editor's preview, a repository's SKILL.md) while the model
+# reads it: text hidden from a reviewer, as hidden characters are (docs/SECURITY.md).
+_HTML_COMMENT = re.compile(r"<!--|--!?>")
 _JOINED_KINDS = frozenset({"card", "account", "phone"})
 CHECKS = (
     "size",
@@ -194,10 +197,16 @@ def _machine_checks(
     check("no_literal", not found, f"contains {len(found)} literal(s) ({found_kinds}); only shapes are allowed")
     sequence = class_tools(evidence)
     outside = sorted(set(parsed.allowed_tools) - sequence)
-    hidden = [f"hidden-{kind}" for kind in hidden_kinds(skill_md + canonical)]
+    hidden = _hidden(skill_md + canonical)
     hijack = hijack_findings(text, sequence) + (["outside-tool"] if outside else []) + hidden
     check("no_injection", not hijack, f"instruction hijack ({', '.join(sorted(set(hijack)))})")
     return checks, reasons, parsed, canonical
+
+
+def _hidden(text: str) -> list[str]:
+    """``no_injection``'s kinds of text a reader does not see: hidden characters, and an HTML comment."""
+    comment = ["hidden-comment"] if _HTML_COMMENT.search(text) else []
+    return [f"hidden-{kind}" for kind in hidden_kinds(text)] + comment
 
 
 def _literals(text: str, names: set[str]) -> list[Finding]:
@@ -296,7 +305,7 @@ def text_problems(content: str, tools: set[str], names: set[str], canonical_hash
     found = _literals(text, names)
     if found:
         problems.append(f"contains {len(found)} literal(s) ({', '.join(sorted({f.kind for f in found}))})")
-    hijack = hijack_findings(text, tools) + [f"hidden-{kind}" for kind in hidden_kinds(content)]
+    hijack = hijack_findings(text, tools) + _hidden(content)
     if hijack:
         problems.append(f"instruction hijack ({', '.join(sorted(set(hijack)))})")
     return problems

@@ -245,3 +245,25 @@ def test_one_tool_name_is_one_tool(engine: Engine, sf: Skillflow) -> None:
     sf.register_tools("cancel_booking")
     with engine.connect() as conn:
         assert conn.execute(select(agent_tools.c.tool_name)).scalars().all() == ["cancel_booking"]
+
+
+@pytest.mark.parametrize("bad", ["ag\x1fu", "u\x1b[8m"])
+def test_a_tenant_id_capture_refuses_is_refused_by_import_and_register_tools(
+    engine: Engine, tmp_path: Path, bad: str
+) -> None:
+    """``import_skills`` and ``register_tools`` took ids with control characters, which capture refuses: the
+    ``\\x1f`` that joins a live key let ("ag", "u\\x1fv") and ("ag\\x1fu", "v") collide, an escape reached the
+    operator's terminal."""
+    from skillflow.capture.record import RunValidationError
+    from skillflow.lifecycle.transfer import import_skills
+    from skillflow.storage.schema import agent_tools, skillbox
+    from tests.support.promotion import config
+
+    with pytest.raises(ValueError, match="agent_id must not contain control characters"):
+        Skillflow(agent_id=bad, engine=engine, spool_dir=tmp_path / "spool").register_tools(["t"])
+    for agent, user in ((bad, "v"), ("ag", bad)):
+        with pytest.raises(RunValidationError, match="must not contain control characters"):
+            import_skills(engine, tmp_path, agent, user, actor="op", config=config())
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(agent_tools)).scalar_one() == 0
+        assert conn.execute(select(func.count()).select_from(skillbox)).scalar_one() == 0
