@@ -22,6 +22,7 @@ from skillflow.quality.model import Check, QualityOptions, Severity
 from skillflow.storage.schema import OUTCOMES, ROLES, STATUSES
 
 HASH_REGEX = r"^[0-9a-f]{64}$"
+SKILL_CLASS_REGEX = r"^(?:[0-9a-f]{64}|imported-[0-9a-f]{55})$"  # a skill's class: a run's hash or an import's key
 LIVE = ("candidate", "shadow", "active")
 # Actors that run unattended: an 'activated' event by one of them is not a review.
 AUTOMATED_ACTORS = (
@@ -213,10 +214,10 @@ def skillbox_checks(ctx: SuiteContext) -> list[Check]:
             a,
             "canonical_hash_format",
             "blocking",
-            "canonical_hash is 64 lowercase hex",
+            "canonical_hash is 64 lowercase hex, or an imported skill's key (imported- and 55 hex)",
             ExpectColumnValuesToMatchRegex,
             column="canonical_hash",
-            regex=HASH_REGEX,
+            regex=SKILL_CLASS_REGEX,
         ),
         _in_set(a, "status", STATUSES),
         _in_set(a, "injection_role", ROLES),

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, insert, text, update
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import InjectionRole, SkillStatus, Step
+from skillflow.lifecycle.transfer import import_class_key
 from skillflow.quality import QualityOptions, QualityReport, latest, run_and_store
 from skillflow.quality.runner import new_context, run_quality
 from skillflow.runtime import Skillflow
@@ -64,6 +65,8 @@ def _seed_clean(engine: Engine) -> dict[str, str]:
                 evaluator_version="v1", evaluated_at=NOW,
             )
         )  # fmt: skip
+        # An imported skill: its class key is `imported-…`, never a run's canonical hash (the check refused it).
+        _skill(conn, "imported", canonical_hash=import_class_key("imported"), name="imported")
     return {"skill": skill.id, "hash": chash, "run": ids[2]}
 
 
