@@ -28,6 +28,7 @@ from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.guard import MAX_RETRIEVAL_CHARS, PrepareArgs
+from skillflow.injection.minilm import WeightsNotInstalled
 from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.injection.selection import Selection
@@ -542,8 +543,10 @@ class Skillflow:
             except Exception as exc:  # noqa: BLE001 - injection is best-effort; the agent must still answer
                 # While the breaker is open the one warning was logged when it opened: no line per model call.
                 level = logging.DEBUG if isinstance(exc, DatabaseDown) else logging.WARNING
-                log.log(level, "skill retrieval failed (%s); preparing without skills", type(exc).__name__)
-                unread.append(f"skills could not be read ({type(exc).__name__})")
+                # The class names the error; a missing model's own message (no caller's value) says how to install it.
+                why = f"{type(exc).__name__}: {exc}" if isinstance(exc, WeightsNotInstalled) else type(exc).__name__
+                log.log(level, "skill retrieval failed (%s); preparing without skills", why)
+                unread.append(f"skills could not be read ({why})")
         try:
             assembled = assemble(
                 args.query,

