@@ -139,9 +139,8 @@ def test_an_agent_without_the_weights_is_told_how_to_install_them(
     monkeypatch: pytest.MonkeyPatch, sqlite_engine: Any, tmp_path: Any
 ) -> None:
     """``prepare`` went on without skills saying only ``WeightsNotInstalled``; README promises the commands."""
-    from skillflow.runtime import Skillflow
-
     from skillflow.kernel.models import SkillStatus
+    from skillflow.runtime import Skillflow
     from skillflow.storage.skills import insert_skill, transition
 
     with sqlite_engine.begin() as conn:  # a live skill: the request is embedded to be matched against it
