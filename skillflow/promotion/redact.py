@@ -422,9 +422,11 @@ def redact_query(query: str, literals: Iterable[str] = (), patterns: bool = True
 
 def redact_text(text: str, literals: Iterable[str] = (), patterns: bool = True) -> str:
     """A run-derived text as it may reach an LLM or a log: redacted, and withheld entirely when it reads as
-    an instruction to the model (:func:`skillflow.promotion.hijack.hijack_findings`)."""
+    an instruction to the model (:func:`skillflow.promotion.hijack.hijack_findings`), before or after the
+    redaction (which can hide the words that make it one: ``[INST]`` becomes ``[<id>]``, a capitalised noun
+    ``<name>``)."""
     redacted = redact_query(text, literals, patterns)
-    return WITHHELD if hijack_findings(redacted) else redacted
+    return WITHHELD if hijack_findings(redacted) or hijack_findings(text or "") else redacted
 
 
 def clean_reason(text: str | None, max_chars: int = MAX_REASON_CHARS) -> str:
