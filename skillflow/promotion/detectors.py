@@ -31,6 +31,9 @@ _PERCENT = re.compile(r"%(?:[2-6][0-9A-Fa-f]|7[0-9A-Ea-e])")  # an escaped print
 EMAIL = re.compile(  # starts only where a local part can start: one attempt per run, never quadratic
     r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+\s*(?:@|\[at\]|\(at\))\s*[A-Za-z0-9-]+(?:\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z0-9-]+)*\s*(?:\.|\[dot\]|\(dot\))\s*[A-Za-z]{2,}"
 )
+# An address whose host is one word (``jane@localhost``, ``root@intranet``): a hostname-shaped word after the ``@``,
+# no dot after it (the rule above takes dotted hosts); ``@jane`` (no local part) is a mention.
+EMAIL_HOST = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z][A-Za-z0-9-]*(?![A-Za-z0-9@-]|\.[A-Za-z0-9])")
 URL = re.compile(r"(?i)\b(?:https?|ftp|file|data|javascript)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+")
 _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local|gov|edu|us|uk|de|ru|cn|fr|tk|ly"
 # An address spelled out in words, as users dodge filters: "jane at example dot com" (only with "dot" and a
@@ -65,17 +68,90 @@ CODE_TOKEN = re.compile(r"(?<![\w<])[A-Z]{3,}(?![\w>])")
 QUOTED = re.compile(r"(?<!\w)[\"“'‘]([^\"“”'‘’\n]{1,64})[\"”'’](?!\w)")
 _CRED_WORDS = (
     r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pw|pin|token|api[\s_-]?key|secret|otp"
-    r"|cvv|cvc|ssn|security\s+code|verification\s+code|credentials?|bearer|authorization"
+    r"|cvv|cvc|ssn|security\s+code|verification\s+code|access\s+code|(?:security|secret)\s+answers?"
+    r"|private\s+key|credentials?|bearer|authorization"
 )
+# The word for password in other languages, as ``fold`` reads it (accents dropped: ``contraseña`` is read
+# ``contrasena``; Cyrillic look-alikes read as Latin: ``пароль`` is read ``пapoль``): es, fr, de, pt, it, pl, nl,
+# ru. Japanese and Chinese (``パスワード`` is read ``ハスワート``: its sound marks are dropped) have no word
+# boundaries, so theirs match anywhere.
+_FOREIGN_CRED_TEXT = "contraseña|clave|mot de passe|passwort|kennwort|senha|parola d'ordine|hasło|wachtwoord|пароль"
+_CJK_CRED_TEXT = "パスワード|密码|密碼"
+
+
+def _folded_words(words: str) -> str:
+    return "|".join(re.escape(fold(w)).replace(r"\ ", r"\s+").replace("'", "['’]") for w in words.split("|"))
+
+
+# A credential key written as an identifier, in any case: ``DB_PASSWORD``, ``client_secret``, ``X-Auth-Token``,
+# ``AWS_SECRET_ACCESS_KEY``, ``clientSecret``, ``pass`` (``user=admin&pass=…``). Only as a key, right before
+# ``=`` or ``:`` (in run text also after a closing quote: ``{"pass": …}``), so ``the password_reset flow`` and
+# ``I'll pass`` stay prose.
+_ID_CRED_WORDS = (
+    r"password|passwd|passcode|passphrase|pass|pwd|pw|pin|token|secret|otp|cvv|cvc|ssn|credentials?"
+    r"|api[_-]?key|private[_-]?key|username|login|bearer|authorization"
+)
+_CAMEL_CRED_WORDS = r"Password|Passwd|Passcode|Passphrase|Pwd|Secret|Token|Credentials?|ApiKey|PrivateKey"
+
+
+def _cred_key(quote: str) -> str:
+    return (
+        rf"(?:\b(?:{_CRED_WORDS}|{_folded_words(_FOREIGN_CRED_TEXT)})\b|{_folded_words(_CJK_CRED_TEXT)}"
+        r"|(?<=\bmy )pass(?=\s+is\b)"
+        rf"|(?:(?<![A-Za-z0-9])(?:{_ID_CRED_WORDS})|(?<=[a-z0-9])(?-i:{_CAMEL_CRED_WORDS}))"
+        rf"(?:[_-][A-Za-z0-9_-]*|(?-i:[A-Z])[A-Za-z0-9_-]*)?{quote}(?=\s*[=:]))"
+    )
+
+
+# What may stand between the key and the value: marks (``=``, ``:``, ``->``, ``=>``, ``→``, and in run text a
+# dash or an ellipsis) and a verb, in either order (``password is: …``, ``password: is …``). The verbs are the
+# other languages' too (es ``es``, fr ``est``, de ``ist``/``lautet``, pt/it ``é``/``è`` read ``e``, pl
+# ``jest``/``to``, ru ``это``; ja ``は``, zh ``是``/``为``).
+_STRICT_MARK = r"(?:[-=]+>|[=:]+|[→⇒])"
+_LOOSE_MARK = r"(?:[-=]+>|[=:]+|[→⇒]|[-–—]+|\.{2,})"
+_STRICT_VERBS = rf"is|was|es|est|ist|lautet|war|era|e(?!\.)|jest|(?<=hasło )to|{re.escape(fold('это'))}"
+_CJK_VERBS = r"は|是|为|為"
+_STRICT_VERB = rf"(?:\s+(?:{_STRICT_VERBS})\b|\s*(?:{_CJK_VERBS}))"
+_LOOSE_VERB = rf"(?:\s+(?:{_STRICT_VERBS}|(?:will|would|should|shall|must)\s+be|of|to)\b|\s*(?:{_CJK_VERBS}))"
 _CRED_WORD = r"[^\s\"'<>`“”‘’]+"
-# A quoted value, or every word to the end of the clause (up to a word ending in , ; . ! ? or the line's end):
-# "my passphrase is tangerine walrus quietly dances", "pin is four eight two one", "Bearer AbCd…".
-_CRED_VALUE = (
-    rf"(?P<value>[\"“'‘][^\"“”'‘’\n]{{1,64}}[\"”'’]|(?P<first>{_CRED_WORD})(?:(?<![,;.!?])[ \t]+{_CRED_WORD})*)"
-)
+# A quoted value (also in backticks or angle brackets), or every word to the end of the clause (up to a word
+# ending in , ; . ! ? or the line's end): "my passphrase is tangerine walrus quietly dances", "pin is four eight
+# two one", "Bearer AbCd…". The patterns take the first word; ``_CLAUSE_REST`` the others, only when the first is
+# a value (``_credential_spans``), so a clause is read once whatever its words.
+_CRED_VALUE = rf"(?P<value>[\"“'‘`][^\"“”'‘’`\n]{{1,64}}[\"”'’`]|<[^<>\n]{{1,64}}>|(?P<first>{_CRED_WORD}))"
+_CLAUSE_REST = re.compile(rf"(?:(?<![,;.!?])[ \t]+{_CRED_WORD})*")
 # Queries: "username admin, password hunter2" (no connector needed). Skills: only "password is x" / "pin: x".
-CREDENTIAL = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was|=|:|of|to)\b|\s*[=:])?\s*{_CRED_VALUE}")
-CREDENTIAL_STRICT = re.compile(rf"(?i)\b(?:{_CRED_WORDS})\b(?:\s+(?:is|was)\b|\s*[=:])\s*{_CRED_VALUE}")
+_QUOTE = r"[\"'`]?"
+CREDENTIAL = re.compile(
+    rf"(?i){_cred_key(_QUOTE)}(?P<connector>(?:{_QUOTE}\s*{_LOOSE_MARK})?{_LOOSE_VERB}?(?:\s*{_LOOSE_MARK})?)"
+    rf"\s*{_CRED_VALUE}"
+)
+CREDENTIAL_STRICT = re.compile(
+    rf"(?i){_cred_key('')}(?=\s*{_STRICT_MARK}|{_STRICT_VERB})"
+    rf"(?P<connector>(?:\s*{_STRICT_MARK})?{_STRICT_VERB}?(?:\s*{_LOOSE_MARK})?)\s*{_CRED_VALUE}"
+)
+# A word after a bare credential word (no connector) that makes it prose: "the password reset page", "my pin
+# has expired", "login failed" (words of four letters or more; shorter function words are ``PLAIN_VALUES``).
+_BARE_PROSE_TEXT = (
+    "reset resets page link field form screen prompt manager policy policies rules requirements recovery hint "
+    "change changed changes expired expires expiry expiration count limit length settings protected strength "
+    "failed fails failure error errors incorrect invalid wrong works worked doesn't does didn't isn't wasn't "
+    "won't can't cannot never have needs need required request requests attempts update updated issue issues "
+    "problem problems help without because when which will would should could must please again also "
+)
+BARE_PROSE = frozenset(_BARE_PROSE_TEXT.split())
+# What a placeholder may name in run text (``shape_of`` and the findings' kinds): ``password is <secret>`` is
+# redacted already, ``password <amberfox>`` is not.
+_PLACEHOLDER_KINDS_TEXT = (
+    "string int number bool null id email date url phone card account secret object value key name code"
+)
+PLACEHOLDER_KINDS = frozenset(_PLACEHOLDER_KINDS_TEXT.split())
+_CRED_NAME = re.compile(rf"(?i)(?:{_CRED_WORDS}|{_ID_CRED_WORDS})")
+# A run of four or more number words ("four five three nine …", "two-seven-one-eight") and a run of three or more
+# CJK numerals: a number spelled out, as users dodge the digit rules ("one or two bags" stays).
+_NUMBER_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)\b"
+NUMBER_WORDS = re.compile(rf"(?i)\b{_NUMBER_WORD}(?:(?:[ \t]*[,-][ \t]*|[ \t]+){_NUMBER_WORD}){{3,}}")
+CJK_NUMBER = re.compile(r"[〇零一二三四五六七八九]{3,}")
 PLACEHOLDER = re.compile(r"<[a-z][a-z ]*>")
 # Upper-case words that are prose, not codes ("When NOT to apply").
 _CODE_ALLOW_TEXT = (
@@ -86,7 +162,7 @@ CODE_ALLOW = frozenset(_CODE_ALLOW_TEXT.split())
 _PLAIN_VALUES_TEXT = (
     "a an the my your his her their our this that it is was be same new old current one it's its none "
     "null value values here there above below provided given known from for with and or of to in on at "
-    "by "
+    "by true false "
 )
 PLAIN_VALUES = frozenset(_PLAIN_VALUES_TEXT.split())
 
@@ -314,17 +390,10 @@ def _raw_findings(text: str, strict: bool) -> list[tuple[str, int, int]]:
     add("url", (strip_tail(m) for m in URL.finditer(text)))
     add("email", (m.span() for m in EMAIL.finditer(text)))
     add("email", (m.span() for m in EMAIL_SPELLED.finditer(text)))
+    add("email", (m.span() for m in EMAIL_HOST.finditer(text)))
     add("url", (strip_tail(m) for m in DOMAIN.finditer(text)))
     add("secret", _secret_spans(text))
-    credential = CREDENTIAL_STRICT if strict else CREDENTIAL
-    add(
-        "secret",
-        (
-            _trim(text, *m.span("value"))
-            for m in credential.finditer(text)
-            if not _plain_value(m.group("first") or m.group("value"))
-        ),
-    )
+    add("secret", _credential_spans(text, strict))
     if not strict:  # a quoted single token in run text is a value ("JohnDoe", 'Tr0ub4dor&3')
         add("string", (m.span(1) for m in QUOTED.finditer(text) if _quoted_value(m.group(1))))
     add("card", (m.span() for m in CARD_LIKE.finditer(text) if _card_kind(re.sub(r"\D", "", m.group(0)))))
@@ -336,12 +405,38 @@ def _raw_findings(text: str, strict: bool) -> list[tuple[str, int, int]]:
     add("id", (m.span() for m in CODE_TOKEN.finditer(text) if m.group(0) not in CODE_ALLOW))
     add("number", (m.span() for m in NUMBER_CHAIN.finditer(text)))
     add("number", (m.span() for m in NUMBER_OR_DIGITS.finditer(text)))
+    add("number", (m.span() for m in NUMBER_WORDS.finditer(text)))
+    add("number", (m.span() for m in CJK_NUMBER.finditer(text)))
     return out
+
+
+def _credential_spans(text: str, strict: bool) -> Iterable[tuple[int, int]]:
+    """The value after each credential key (:data:`CREDENTIAL`; :data:`CREDENTIAL_STRICT` for a skill). A value
+    that reads as prose (a plain word, a placeholder; after a bare key a word such as ``reset`` or ``failed``) is
+    none, and the search goes on inside it: ``login with user=admin&pass=…`` holds a key after ``login``."""
+    pattern = CREDENTIAL_STRICT if strict else CREDENTIAL
+    pos = prose_end = 0
+    while (m := pattern.search(text, pos)) is not None:
+        first = m.group("first")
+        connector = m.group("connector").strip().lower()
+        end = m.end()
+        if first is not None:
+            rest = _CLAUSE_REST.match(text, max(end, prose_end))
+            end = rest.end() if rest is not None else end
+        if m.start() < prose_end and connector in ("", "of", "to"):
+            pos = m.start("value")  # a bare key inside prose is prose too ("username and password for …")
+            continue
+        if _plain_value(first or m.group("value")) or (not connector and (first or "").lower() in BARE_PROSE):
+            prose_end = max(prose_end, end)
+            pos = m.start("value")  # past the key only: each key starts at most one match
+            continue
+        yield _trim(text, m.start("value"), end)
+        pos = end
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     """An unquoted value without the sentence punctuation that follows it ("is hunter2." → "hunter2")."""
-    if text[start : start + 1] in "\"“'‘":
+    if text[start : start + 1] in "\"“'‘`<":
         return start, end
     while end > start and text[end - 1] in ".,;:!?)]}":
         end -= 1
@@ -349,7 +444,10 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def _plain_value(value: str) -> bool:
-    inner = value.strip("\"“”'‘’").strip().rstrip(".,;:!?)]}")
+    if value[:1] == "<" and value[-1:] == ">":  # a placeholder, a multi-word one or a credential's name; else a value
+        inner = value[1:-1].strip()
+        return not inner or " " in inner or inner.lower() in PLACEHOLDER_KINDS or bool(_CRED_NAME.fullmatch(inner))
+    inner = value.strip("\"“”'‘’`").strip().rstrip(".,;:!?)]}")
     return not inner or inner in PLAIN_VALUES or bool(PLACEHOLDER.fullmatch(inner))
 
 
@@ -513,7 +611,8 @@ def literal_findings(text: str, allowed: Iterable[str] = ()) -> list[Finding]:
     for f in findings(masked, strict=True):
         if f.kind == "id" and f.text.strip("`").casefold() in names:
             continue
-        if f.kind == "number" and (sum(ch.isdigit() for ch in f.text) <= 2 or re.fullmatch(r"[01]?\.\d{1,2}", f.text)):
+        digits = sum(ch.isdigit() for ch in f.text)  # none in a number spelled in words: never excused
+        if f.kind == "number" and (0 < digits <= 2 or re.fullmatch(r"[01]?\.\d{1,2}", f.text)):
             continue
         out.append(f)
     out.extend(Finding("quoted", 0, 0, q) for q in quoted_literals(masked, names))
