@@ -8,11 +8,11 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from sqlalchemy import Engine
 from typer.core import TyperGroup
 
 from skillflow.cli.errors import CliError, checked_database_url, explain
+from skillflow.cli.terminal import safe
 from skillflow.kernel.config import (
     CONFIG_PATH_ENV,
     DEFAULTS,
@@ -25,8 +25,9 @@ from skillflow.kernel.config import (
 from skillflow.storage.engine import make_engine
 from skillflow.storage.types import dumps
 
-console = Console()
-err_console = Console(stderr=True)
+# No emoji codes: an untrusted ``:skull:`` stays text (every untrusted value goes through terminal.safe).
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 
 class SkillflowGroup(TyperGroup):
@@ -41,7 +42,7 @@ class SkillflowGroup(TyperGroup):
             error = explain(exc)
             if error is None or _debug(ctx):
                 raise
-            err_console.print(f"[red]error:[/red] {escape(error.message)}", soft_wrap=True)
+            err_console.print(f"[red]error:[/red] {safe(error.message)}", soft_wrap=True)
             raise typer.Exit(error.code) from None
 
 
@@ -94,7 +95,7 @@ def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig
         landing = "SHADOW" if config.require_shadow else "ACTIVE, without review"
         err_console.print(
             f"[yellow]warning:[/yellow] no config file found (no {CONFIG_PATH_ENV}, no {HOME_ENV}, no "
-            f"{PROJECT_CONFIG} in {escape(str(Path.cwd()))} or above): built-in defaults apply "
+            f"{PROJECT_CONFIG} in {safe(Path.cwd())} or above): built-in defaults apply "
             f"(require_shadow={config.require_shadow}: new skills land {landing}; no schedules)",
             soft_wrap=True,
         )

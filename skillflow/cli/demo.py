@@ -20,9 +20,11 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
+from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.runtime import Skillflow
@@ -36,7 +38,7 @@ AGENT = "sim-airline"
 BUSINESS, EXECUTION = "business", "execution-only"
 CANCEL = "get_user_details > get_reservation_details > cancel_reservation"
 DECLINED = "search_direct_flight > book_reservation"
-console = Console()
+console = Console(emoji=False)  # every stored value goes through terminal.safe
 
 
 class Demo:
@@ -64,7 +66,7 @@ def _fresh_sqlite(db: str) -> None:
 def _class_table(engine: Engine, agent_id: str, user_id: str, limit: int = 12) -> Table:
     with engine.connect() as conn:
         classes = sorted(aggregate_classes(conn, agent_id, user_id), key=lambda c: -c.executions)
-    table = Table(title=f"trajectory classes — {agent_id}/{user_id}", show_lines=False)
+    table = Table(title=f"trajectory classes — {safe(agent_id)}/{safe(user_id)}", show_lines=False)
     for col in ("hash", "runs", "success", "rate", "queries", "tool sequence"):
         table.add_column(col, justify="right" if col in ("runs", "success", "rate", "queries") else "left")
     for c in classes[:limit]:
@@ -74,7 +76,7 @@ def _class_table(engine: Engine, agent_id: str, user_id: str, limit: int = 12) -
             str(c.successes),
             f"{c.success_rate:.2f}",
             str(c.distinct_queries),
-            (c.tool_sequence or "")[:70],
+            safe((c.tool_sequence or "")[:70]),
         )
     if len(classes) > limit:
         table.caption = f"… and {len(classes) - limit} smaller classes"
@@ -82,17 +84,17 @@ def _class_table(engine: Engine, agent_id: str, user_id: str, limit: int = 12) -
 
 
 def _report_table(report: Any) -> Table:
-    table = Table(title=f"promotion report — {report.agent_id}/{report.user_id} (cycle {report.cycle})")
+    table = Table(title=f"promotion report — {safe(report.agent_id)}/{safe(report.user_id)} (cycle {report.cycle})")
     for col in ("class", "runs", "rate", "queries", "decision", "reason"):
         table.add_column(col)
     for row in sorted(report.gates, key=lambda r: -r.executions)[:12]:
         table.add_row(
-            row.hash,
+            safe(row.hash),
             str(row.executions),
             f"{row.success_rate:.2f}",
             str(row.distinct_queries),
-            row.decision,
-            row.reason or "",
+            safe(row.decision),
+            safe(row.reason or ""),
         )
     table.caption = (
         f"promoted {len(report.promoted)} · rejected {len(report.rejected)} · skipped {len(report.skipped)} · "
@@ -162,7 +164,7 @@ def run_simulated(db: str) -> None:
     demo = Demo(db, 12)
     demo.step("fresh database: every migration, recorded")
     _fresh_sqlite(db)
-    console.print(f"applied: {', '.join(migrate(demo.engine))}  on {db}")
+    console.print(f"applied: {', '.join(migrate(demo.engine))}  on {safe(db)}")
 
     demo.step("400 simulated runs per tenant (+150 multi-turn conversations), through the capture API")
     biz = Skillflow(
@@ -192,10 +194,10 @@ def run_simulated(db: str) -> None:
         console.print(
             Panel(
                 f"search_direct_flight > book_reservation (the payment is sometimes declined; no tool raises)\n"
-                f"  execution-only outcome: success rate {row_exe.success_rate:.2f} → {row_exe.decision}"
-                f"{' (' + row_exe.reason + ')' if row_exe.reason else ''}\n"
-                f"  business outcome evaluator: success rate {row_biz.success_rate:.2f} → {row_biz.decision}"
-                f"{' (' + row_biz.reason + ')' if row_biz.reason else ''}",
+                f"  execution-only outcome: success rate {row_exe.success_rate:.2f} → {safe(row_exe.decision)}"
+                f"{' (' + safe(row_exe.reason) + ')' if row_exe.reason else ''}\n"
+                f"  business outcome evaluator: success rate {row_biz.success_rate:.2f} → {safe(row_biz.decision)}"
+                f"{' (' + safe(row_biz.reason) + ')' if row_biz.reason else ''}",
                 title="what the workflow_outcome_evaluator changes",
             )
         )
@@ -203,8 +205,8 @@ def run_simulated(db: str) -> None:
     if skill is None:
         console.print("[red]no cancel-reservation skill was promoted; stopping the demo here[/]")
         return
-    title = f"{skill.name} v{skill.version} — {skill.status}, role {skill.injection_role}"
-    console.print(Panel(Syntax(skill.content, "markdown", word_wrap=True), title=title))
+    title = f"{safe(skill.name)} v{skill.version} — {safe(skill.status)}, role {safe(skill.injection_role)}"
+    console.print(Panel(Syntax(visible(skill.content, multiline=True), "markdown", word_wrap=True), title=title))
 
     demo.step("new traffic → shadow evaluation (no LLM, no tool, no injection)")
     _traffic(biz, 150, 11, BUSINESS)
@@ -215,7 +217,7 @@ def run_simulated(db: str) -> None:
     )
     with demo.engine.connect() as conn:
         readiness = get_shadow_readiness(conn, skill.id, demo.config)
-    console.print(f"readiness of {skill.name} (advisory): {readiness}")
+    console.print(f"readiness of {safe(skill.name)} (advisory): {safe(readiness)}")
     console.print(
         "readiness never activates anything: a mismatch may be a valid alternative procedure; "
         "the reviewer reads the SKILL.md and this evidence and decides."
@@ -224,15 +226,15 @@ def run_simulated(db: str) -> None:
     demo.step("review: activate at user authority (`skillflow activate ID --role user`)")
     from skillflow.cli.commands.lifecycle import activate_cmd
 
-    console.print(f"$ skillflow activate {skill.id[:12]} --role user --actor demo-reviewer")
+    console.print(f"$ skillflow activate {safe(skill.id[:12])} --role user --actor demo-reviewer")
     activate_cmd(skill_id=skill.id, role="user", actor="demo-reviewer", db=db, json=False)
     with demo.engine.connect() as conn:
         active = get_skill(conn, skill.id)
     console.print(
-        f"{active.name} v{active.version}: {active.status}, role {active.injection_role}; "
+        f"{safe(active.name)} v{active.version}: {safe(active.status)}, role {safe(active.injection_role)}; "
         f"{_stamped(demo.engine, skill.id)} runs of its class stamped (suppressed from workflow retrieval)"
     )
-    console.print(_rule_line(demo.engine, BUSINESS))
+    console.print(safe(_rule_line(demo.engine, BUSINESS)))
 
     demo.step("a multi-turn conversation gets its skill just before the write; an unrelated request gets none")
     _conversation_step(biz)
@@ -244,10 +246,11 @@ def run_simulated(db: str) -> None:
         roles = [m["role"] for m in prepared.request["messages"]]
         top = " + top-level system=" if "system" in prepared.request else ""
         scores = ", ".join(f"{s.name} {s.score:.2f}" for s in prepared.skills)
-        console.print(f"{provider:>9}: messages {roles}{top}; skills rendered: {scores or 'none'}")
+        console.print(safe(f"{provider:>9}: messages {roles}{top}; skills rendered: {scores or 'none'}"))
     prepared = biz.prepare(query, BUSINESS, provider="openai")
     text = prepared.request["messages"][-1]["content"]
-    console.print(Panel(text if len(text) < 1400 else text[:1400] + "\n…", title="final user message (openai)"))
+    shown = Text(visible(text if len(text) < 1400 else text[:1400] + "\n…", multiline=True))
+    console.print(Panel(shown, title="final user message (openai)"))
 
     demo.step("the agent runs with the skill in context; drift monitoring")
     sequence = tuple(CANCEL.split(" > "))
@@ -257,7 +260,7 @@ def run_simulated(db: str) -> None:
     mine = next((s for s in drift.skills if s.skill_id == skill.id), None)
     if mine is not None:
         console.print(
-            f"{rep.stored} runs; {skill.name}: {mine.decision}, {mine.activations} activations, "
+            f"{rep.stored} runs; {safe(skill.name)}: {safe(mine.decision)}, {mine.activations} activations, "
             f"rolling success {mine.rolling_success_rate} vs baseline {mine.baseline_success_rate}"
         )
 
@@ -267,15 +270,15 @@ def run_simulated(db: str) -> None:
     drift_demotion(DriftDemotionParams(database_url=db))
     with demo.engine.connect() as conn:
         demoted = get_skill(conn, skill.id)
-    visible = [
+    released = [
         r
         for r in biz.retrieve_workflows_by_query(query, BUSINESS, k=1000, candidates=5000)
         if r["canonical_hash"] == skill.canonical_hash
     ]
     console.print(
-        f"{demoted.name} v{demoted.version}: {demoted.status} — {demoted.demotion_reason}\n"
+        f"{safe(demoted.name)} v{demoted.version}: {safe(demoted.status)} — {safe(demoted.demotion_reason)}\n"
         f"stamps: {before} before → {_stamped(demo.engine, skill.id)} after; "
-        f"{len(visible)} raw runs of the class are visible to workflow retrieval again"
+        f"{len(released)} raw runs of the class are visible to workflow retrieval again"
     )
 
     demo.step("the tool is fixed; post-demotion runs re-qualify the class → v2 (Distill now)")
@@ -288,11 +291,13 @@ def run_simulated(db: str) -> None:
     v2 = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW, SkillStatus.ACTIVE))
     row = _gate_row(report, skill.canonical_hash)
     if row is not None:
-        console.print(f"class {row.hash}: {row.executions} post-demotion runs, success {row.success_rate:.2f}")
+        console.print(f"class {safe(row.hash)}: {row.executions} post-demotion runs, success {row.success_rate:.2f}")
     if v2 is not None and v2.version > 1:
         carried = (demoted.demotion_reason or "") in v2.content
         note = "the v1 demotion reason is in its failure modes" if carried else "new version"
-        console.print(f"{v2.name} v{v2.version}: {v2.status} ({note}); v1 stays {demoted.status} for history")
+        console.print(
+            f"{safe(v2.name)} v{v2.version}: {safe(v2.status)} ({note}); v1 stays {safe(demoted.status)} for history"
+        )
     else:
         console.print(_report_table(report))
 
@@ -304,11 +309,11 @@ def run_simulated(db: str) -> None:
             f"({len(quality.checks)} checks)\nHTML report: {Path(quality.html_path or '').resolve()}"
         )
     except Exception as exc:  # noqa: BLE001 - the flow fails on blocking findings; show them, keep going
-        console.print(f"[red]data quality found blocking problems:[/] {type(exc).__name__}: {exc}")
+        console.print(f"[red]data quality found blocking problems:[/] {type(exc).__name__}: {safe(exc)}")
 
     demo.step("status")
     _status(demo)
-    console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {db}")
+    console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {safe(db)}")
 
 
 def _rule_line(engine: Engine, user_id: str) -> str:
@@ -355,7 +360,7 @@ def _conversation_step(sf: Skillflow) -> None:
     conv = Conversation.from_messages(messages)
     for m in messages:
         shown = m["content"] or " + ".join(c["function"]["name"] for c in m.get("tool_calls") or [])
-        console.print(f"  [dim]{m['role']:>9}:[/] {shown[:90]}")
+        console.print(f"  [dim]{m['role']:>9}:[/] {safe(shown[:90])}")
     console.print("  [dim](next: the agent's model is about to call cancel_reservation)[/]")
     query = messages[-1]["content"]
     console.print(f'sf.prepare("{query}", "{BUSINESS}", conversation=Conversation.from_messages(messages))')
@@ -372,7 +377,7 @@ def _selection_line(sf: Skillflow, query: str, conv: Any) -> None:
     selection = sf.select_skills(query, BUSINESS, conv)
     prepared = sf.prepare(query, BUSINESS, conversation=conv)
     chosen = ", ".join(f"{s.name} v{s.version} (score {s.score:.3f})" for s in prepared.skills) or "no skill"
-    console.print(f"  → {chosen}; select_skills: state {selection.state}, reason '{selection.reason}'")
+    console.print(safe(f"  → {chosen}; select_skills: state {selection.state}, reason '{selection.reason}'"))
 
 
 def _status(demo: Demo) -> None:
@@ -397,8 +402,8 @@ def run_corpus(db: str, corpus: Path) -> None:
         migrate(engine)
         rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)
         console.print(
-            f"{rep.runs} user turns stored ({rep.with_identity} with a trajectory identity) in {url}; "
-            f"outcomes {dict(rep.outcomes)}"
+            f"{rep.runs} user turns stored ({rep.with_identity} with a trajectory identity) in {safe(url)}; "
+            f"outcomes {safe(dict(rep.outcomes))}"
         )
         console.print(_class_table(engine, agent, user, limit=10))
         report = promotion_cycle(PromotionCycleParams(database_url=url, agent_id=agent, force=True))[0]
@@ -416,7 +421,8 @@ def run_corpus(db: str, corpus: Path) -> None:
                 f"{'passes every gate' if all(ex.checks.values()) else 'fails a gate'} ({ex.decision}); "
                 f"episode reward as evaluator {rw.success_rate:.2f} → {rw.decision} ({rw.reason})"
             )
-    console.print(Panel("\n".join(lines) or "classes not found", title="per-turn procedures on τ-bench"))
+    body = safe("\n".join(lines), multiline=True) or "classes not found"
+    console.print(Panel(body, title="per-turn procedures on τ-bench"))
     console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/]")
 
 

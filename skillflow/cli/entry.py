@@ -94,7 +94,9 @@ def run_migrate(db: str | None, json_out: bool, print_oracle: bool) -> int:
 
 
 def _error(message: str, code: int = 2) -> int:
-    print(f"error: {' '.join(message.split())}", file=sys.stderr)
+    from skillflow.cli.terminal import visible
+
+    print(f"error: {visible(' '.join(message.split()))}", file=sys.stderr)
     return code
 
 

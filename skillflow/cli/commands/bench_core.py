@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from skillflow.cli.app import DbOption, JsonOption, bench_app, console, fail, print_json
+from skillflow.cli.terminal import safe
 
 
 @bench_app.command("capture")
@@ -69,7 +70,7 @@ def bench_cycle(
 
     def say(msg: str) -> None:
         if not json:
-            console.print(f"[dim]{msg}…[/dim]")
+            console.print(f"[dim]{safe(msg)}…[/dim]")
 
     result = run(_sizes(rows), tenants, classes, repeats, naive_repeats, covering, progress=say)
     if json:

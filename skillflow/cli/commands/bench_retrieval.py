@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from skillflow.cli.app import JsonOption, bench_app, console, fail, print_json
+from skillflow.cli.terminal import safe
 
 
 def _ints(raw: str, option: str) -> list[int]:
@@ -93,7 +94,7 @@ def bench_retrieval(
 
     def say(msg: str) -> None:
         if not json:
-            console.print(f"[dim]{msg}…[/dim]")
+            console.print(f"[dim]{safe(msg)}…[/dim]")
 
     result = run(
         _ints(skills, "--skills"),
@@ -417,7 +418,7 @@ def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> No
         return
     grouped = "" if "grouped by" in result.corpus or "rounds" in result.corpus else ", grouped by task"
     table = _table(
-        f"{result.corpus}: {result.segments} segments, {result.folds} folds{grouped}",
+        f"{safe(result.corpus)}: {result.segments} segments, {result.folds} folds{grouped}",
         ("rule", "level", "hit@1", "wrong", "miss", "false-injection", "P / N"),
     )
     names = {
@@ -435,8 +436,10 @@ def _print_applicability(result: Any, prepare_ms: dict[str, float] | None) -> No
     console.print(f"decide() after embedding: p50 {result.decide_p50_ms:.3f} ms, p95 {result.decide_p95_ms:.3f} ms")
     for f in result.fitted:
         console.print(
-            f"  fold {f['fold']}: skills={f['skills']} view={f['view']} score={f['strength'] or 'nearest'} "
-            f"margin={f['margin']} {f['reason']}"
+            safe(
+                f"  fold {f['fold']}: skills={f['skills']} view={f['view']} score={f['strength'] or 'nearest'} "
+                f"margin={f['margin']} {f['reason']}"
+            )
         )
     if prepare_ms:
         console.print(

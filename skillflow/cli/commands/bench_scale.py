@@ -21,6 +21,7 @@ from skillflow.cli.app import (
     fail,
     print_json,
 )
+from skillflow.cli.terminal import safe
 
 DEFAULT_SCENARIOS = "1000x1000x5,10000x100x5"
 
@@ -61,7 +62,7 @@ def bench_scale(
 
     def say(msg: str) -> None:
         if not json:
-            console.print(f"[dim]{msg}…[/dim]")
+            console.print(f"[dim]{safe(msg)}…[/dim]")
 
     results = run(parsed, chosen, dsn=dsn, repeats=repeats, aggregate_repeats=aggregate_repeats,
                   fold_rows=fold_rows, fleet=fleet, fleet_rounds=fleet_rounds, progress=say)  # fmt: skip
@@ -112,4 +113,4 @@ def class_stats_cmd(
     if json:
         print_json(body)
         return
-    console.print(", ".join(f"{k}: {v}" for k, v in body.items()))
+    console.print(safe(", ".join(f"{k}: {v}" for k, v in body.items())))

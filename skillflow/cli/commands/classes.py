@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from skillflow.cli.app import AgentOption, DbOption, JsonOption, UserOption, app, console, database_url, engine_for
+from skillflow.cli.terminal import safe
 from skillflow.kernel.models import ClassStats
 from skillflow.storage.aggregate import aggregate_classes, partitions
 
@@ -61,16 +62,16 @@ def classes_cmd(
     for s in stats:
         rate = f"{s.success_rate:.0%}"
         table.add_row(
-            s.agent_id,
-            s.user_id,
-            s.canonical_hash[:12] + ("*" if s.since else ""),
+            safe(s.agent_id),
+            safe(s.user_id),
+            safe(s.canonical_hash[:12]) + ("*" if s.since else ""),
             str(s.executions),
             str(s.successes),
             f"[green]{rate}[/green]" if s.success_rate >= 0.8 else f"[yellow]{rate}[/yellow]",
             str(s.distinct_queries),
             f"{s.first_seen:%Y-%m-%d %H:%M}",
             f"{s.last_seen:%Y-%m-%d %H:%M}",
-            s.tool_sequence or "",
+            safe(s.tool_sequence or ""),
         )
     console.print(table)
     if any(s.since for s in stats):
@@ -117,4 +118,4 @@ def backfill_cmd(
 
         print_json(report.as_dict())
         return
-    console.print(report.summary())
+    console.print(safe(report.summary()))

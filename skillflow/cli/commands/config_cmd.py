@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from rich.table import Table
 
 from skillflow.cli.app import JsonOption, app, console, print_json
+from skillflow.cli.terminal import safe
 from skillflow.kernel.config import DEFAULTS, PromotionConfig, Settings, load_promotion_config, load_schedules
 
 
@@ -45,12 +45,12 @@ def config_command(as_json: JsonOption = False, markdown: bool = False) -> None:
             }
         )
         return
-    console.print(f"config file: {escape(read)}", soft_wrap=True)
+    console.print(f"config file: {safe(read)}", soft_wrap=True)
     table = Table("key", "value", title="promotion config")
     for key, value in cfg.model_dump().items():
-        table.add_row(key, repr(value))
+        table.add_row(key, safe(repr(value)))
     console.print(table)
     sched = Table("flow", "cron", title="schedules")
     for flow, cron in schedules.items():
-        sched.add_row(flow, cron or "manual only")
+        sched.add_row(safe(flow), safe(cron or "manual only"))
     console.print(sched)

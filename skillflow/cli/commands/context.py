@@ -11,6 +11,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
+from skillflow.cli.terminal import safe, visible
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.prompting import PROVIDERS, assemble, to_provider
 
@@ -74,13 +75,16 @@ def context_command(
         )
         return
     if "system" in request:
-        console.print(Panel(Text(request["system"]), title="system (top-level parameter)", expand=False))
+        system = Text(visible(request["system"], multiline=True))
+        console.print(Panel(system, title="system (top-level parameter)", expand=False))
     for i, message in enumerate(request["messages"]):
-        console.print(Panel(Text(str(message.get("content", ""))), title=f"{i}: {message['role']}", expand=False))
-    console.print(f"selection: {selection.state} ({selection.reason})", markup=False)
+        content = Text(visible(message.get("content", ""), multiline=True))
+        console.print(Panel(content, title=f"{i}: {safe(message['role'])}", expand=False))
+    console.print(visible(f"selection: {selection.state} ({selection.reason})"), markup=False)
     if not assembled.skills:
         console.print("activated skill ids: none")
         return
     console.print("activated skill ids (pass to record_run(skills_activated=...)):")
     for s in assembled.skills:
-        console.print(f"  {s.skill_id}  {s.name} v{s.version}  match {s.score:.2f}  authority {s.injection_role}")
+        name, role = safe(s.name), safe(s.injection_role)
+        console.print(f"  {safe(s.skill_id)}  {name} v{s.version}  match {s.score:.2f}  authority {role}")

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from skillflow.cli.app import JsonOption, app, console, fail, print_json
+from skillflow.cli.terminal import safe
 
 SHOWN = (
     ("workflow_accuracy", "workflow"),
@@ -77,7 +78,7 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
     checks.add_column("result")
     checks.add_column("detail")
     for c in summary["checks"]:
-        checks.add_row(c["name"], "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]", c["detail"])
+        checks.add_row(safe(c["name"]), "[green]pass[/green]" if c["passed"] else "[red]FAIL[/red]", safe(c["detail"]))
     console.print(checks)
     if show_cases:
         per_case = Table(title="Per case")
@@ -86,15 +87,15 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
             per_case.add_column(col)
         for r in cases:
             per_case.add_row(
-                r["arm"],
-                r["case_id"],
+                safe(r["arm"]),
+                safe(r["case_id"]),
                 str(r["repeat"]),
-                r["procedure_source"],
+                safe(r["procedure_source"]),
                 "right"
                 if r["target_skill_in_prompt"]
                 else "wrong"
                 if r["skills_in_prompt"]
-                else f"none: {r['selection']}"
+                else f"none: {safe(r['selection'])}"
                 if r.get("selection")
                 else "none",
                 "ok" if r["workflow_accuracy"] else "miss",
@@ -102,8 +103,8 @@ def _tables(summary: dict[str, Any], cases: list[dict[str, Any]], show_cases: bo
                 f"{r['total_tokens']:.0f}",
                 str(r["raw_workflows_in_prompt"]),
                 "yes" if r["developer_message"] else "",
-                r["vs_baseline"] or "",
-                r["vs_no_memory"] or "",
+                safe(r["vs_baseline"] or ""),
+                safe(r["vs_no_memory"] or ""),
             )
         console.print(per_case)
 
@@ -169,10 +170,10 @@ def eval_cmd(
     if json:
         print_json({**summary, "results": result.case_rows()})
     else:
-        console.print(f"[bold yellow]{result.label}[/bold yellow]")
+        console.print(f"[bold yellow]{safe(result.label)}[/bold yellow]")
         _tables(summary, result.case_rows(), show_cases)
         for note in summary["notes"]:
-            console.print(f"- {note}")
-        console.print(f"[bold yellow]{result.label}[/bold yellow]  ({summary['seconds']} s)")
+            console.print(f"- {safe(note)}")
+        console.print(f"[bold yellow]{safe(result.label)}[/bold yellow]  ({summary['seconds']} s)")
     if not summary["all_checks_passed"]:
         raise typer.Exit(1)

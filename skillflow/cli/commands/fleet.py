@@ -19,6 +19,7 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.cli.terminal import safe
 from skillflow.storage.engine import recordable_url
 
 PoolOption = Annotated[str, typer.Option("--pool", help="Work pool of the deployments (created if missing).")]
@@ -134,17 +135,21 @@ def deploy_cmd(
     if json:
         print_json(result)
         return
-    console.print(f"{len(names)} deployments on pool {pool}" + (f" (control: {control_pool})" if control_pool else ""))
+    console.print(
+        f"{len(names)} deployments on pool {safe(pool)}" + (f" (control: {safe(control_pool)})" if control_pool else "")
+    )
     for name in names:
-        console.print(f"  {name}")
-    console.print(f"global concurrency limit {limit_name} = {partition_limit}; automations: {', '.join(installed)}")
-    console.print(f"workers load the flows from {code.describe()}")
+        console.print(f"  {safe(name)}")
+    console.print(
+        f"global concurrency limit {safe(limit_name)} = {partition_limit}; automations: {safe(', '.join(installed))}"
+    )
+    console.print(f"workers load the flows from {safe(code.describe())}")
     if not recorded:
         console.print(
             "the database URL carries a password, which the deployments do not record (the UI would show it): "
             "set SKILLFLOW_DATABASE_URL in every worker's environment"
         )
-    console.print(f"start workers with: prefect worker start --pool {pool}")
+    console.print(f"start workers with: prefect worker start --pool {safe(pool)}")
 
 
 @app.command("automations")
@@ -158,4 +163,4 @@ def automations_cmd(json: JsonOption = False) -> None:
         print_json(installed)
     else:
         for name, ident in installed.items():
-            console.print(f"{name}: {ident}")
+            console.print(f"{safe(name)}: {safe(ident)}")

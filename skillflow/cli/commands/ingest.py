@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
+from skillflow.cli.terminal import safe
 from skillflow.kernel import canonical
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lab import simulator
@@ -22,7 +23,7 @@ from skillflow.lab.ingest import api_bank, tau_bench, toolbench
 from skillflow.lab.ingest.common import DEFAULT_USER_ID, IngestReport
 from skillflow.runtime import Skillflow
 
-progress_console = Console(stderr=True)
+progress_console = Console(stderr=True, emoji=False)
 
 
 class Source(enum.StrEnum):
@@ -68,7 +69,7 @@ def _print_report(values: dict[str, Any], title: str) -> None:
             value = ", ".join(f"{k}: {v}" for k, v in sorted(value.items())) or "-"
         elif isinstance(value, list):
             value = f"{len(value)} ({', '.join(map(str, value[:8]))}{', …' if len(value) > 8 else ''})"
-        table.add_row(key, str(value))
+        table.add_row(safe(key), safe(value))
     console.print(table)
 
 
@@ -173,7 +174,8 @@ def hash_run(
     for column in ("#", "tool", "arg_keys", "errored", "error_class", "retries"):
         table.add_column(column)
     for i, u in enumerate(units, start=1):
-        table.add_row(str(i), u.tool, ", ".join(u.arg_keys), str(u.errored), u.error_class or "", str(u.retry_count))
+        cells = (safe(u.tool), safe(", ".join(u.arg_keys)), str(u.errored), safe(u.error_class or ""))
+        table.add_row(str(i), *cells, str(u.retry_count))
     console.print(table)
     console.print(f"canonical_hash: {chash}" if chash else "canonical_hash: none (empty signature: no identity)")
 

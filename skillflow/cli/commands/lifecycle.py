@@ -10,6 +10,7 @@ import typer
 from sqlalchemy import Engine, select
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
+from skillflow.cli.terminal import safe
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
@@ -72,7 +73,8 @@ def _done(skill: SkillRecord, json: bool, verb: str) -> None:
         print_json({"skill_id": skill.id, "status": skill.status, "injection_role": skill.injection_role})
         return
     console.print(
-        f"{verb} [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}): {skill.status}, {skill.injection_role}"
+        f"{verb} [cyan]{safe(skill.name)}[/cyan] v{skill.version} ({safe(skill.id)}): {safe(skill.status)}, "
+        f"{safe(skill.injection_role)}"
     )
 
 
@@ -92,7 +94,7 @@ def readiness_cmd(skill_id: IdArg, db: DbOption = None, json: JsonOption = False
         f"trajectory match {result['trajectory_match_rate']:.2f}, matched success {result['matched_success_rate']:.2f}"
     )
     for reason in result["reasons"]:
-        console.print(f"  - {reason}")
+        console.print(f"  - {safe(reason)}")
 
 
 @app.command("activate")
@@ -217,7 +219,7 @@ def review_cmd(
         if json:
             print_json({"started": False, "skill_id": full, "hint": hint})
         else:
-            console.print(hint)
+            console.print(safe(hint))
         return
     from prefect.deployments import run_deployment
 
@@ -230,4 +232,4 @@ def review_cmd(
     if json:
         print_json({"started": True, "skill_id": full, "flow_run_id": str(run.id)})
         return
-    console.print(f"review started: flow run {run.id} — answer the form at {ui}/runs/flow-run/{run.id}")
+    console.print(safe(f"review started: flow run {run.id} — answer the form at {ui}/runs/flow-run/{run.id}"))

@@ -18,6 +18,7 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.cli.terminal import safe, visible
 
 ReportDirOption = Annotated[str, typer.Option("--report-dir", help="Folder for the self-contained HTML report.")]
 PrefectApiOption = Annotated[
@@ -65,9 +66,9 @@ def quality_cmd(
                 table.add_column(col, overflow="fold")
             for c in failed:
                 count = "" if c.unexpected_count is None else str(c.unexpected_count)
-                table.add_row(c.severity, c.id, count, c.error or ", ".join(c.sample[:5]))
+                table.add_row(safe(c.severity), safe(c.id), count, safe(c.error or ", ".join(map(str, c.sample[:5]))))
             console.print(table)
-        console.print(f"HTML report: {report.html_path}")
+        console.print(f"HTML report: {safe(report.html_path)}")
     if not report.passed:
         raise typer.Exit(1)
 
@@ -111,16 +112,19 @@ def status_cmd(
     for col in ("agent", "user", "runs", "classes", "eligible", "skills (status: role n)", "outbox"):
         tenants.add_column(col, justify="right" if col in ("runs", "classes", "eligible", "outbox") else "left")
     for t in status["tenants"]:
-        tenants.add_row(t["agent_id"], t["user_id"], str(t["runs"]), str(t["classes"]), str(t["eligible_classes"]),
-                        _skills_cell(t["skills"]), str(t["outbox_backlog"]))  # fmt: skip
+        tenants.add_row(safe(t["agent_id"]), safe(t["user_id"]), str(t["runs"]), str(t["classes"]),
+                        str(t["eligible_classes"]), safe(_skills_cell(t["skills"])),
+                        str(t["outbox_backlog"]))  # fmt: skip
     if status["tenants"]:
         console.print(tenants)
-        console.print(f"eligible classes by: {status['tenants'][0]['eligibility_method']}")
+        console.print(f"eligible classes by: {safe(status['tenants'][0]['eligibility_method'])}")
         for t in status["tenants"]:
             if t["unhashed_runs"]:
                 console.print(
-                    f"{t['agent_id']}/{t['user_id']}: {t['unhashed_runs']} legacy run(s) have no canonical hash "
-                    f"and are not aggregated: run `{t['backfill_command']}`",
+                    visible(
+                        f"{t['agent_id']}/{t['user_id']}: {t['unhashed_runs']} legacy run(s) have no canonical hash "
+                        f"and are not aggregated: run `{t['backfill_command']}`"
+                    ),
                     markup=False,
                     soft_wrap=True,  # one line: the command must survive a copy and paste
                 )
@@ -130,8 +134,8 @@ def status_cmd(
     for col in ("flow", "last report", "report flow run", "state", "last run", "flow run"):
         flows.add_column(col, no_wrap=col == "flow")
     for f in status["flows"]:
-        flows.add_row(f["flow"], _when(f["last_report_at"]), f["last_report_flow_run_id"] or "—", f["state"],
-                      _when(f["last_run_at"]), f["last_flow_run_id"] or "—")  # fmt: skip
+        flows.add_row(safe(f["flow"]), _when(f["last_report_at"]), safe(f["last_report_flow_run_id"] or "—"),
+                      safe(f["state"]), _when(f["last_run_at"]), safe(f["last_flow_run_id"] or "—"))  # fmt: skip
     console.print(flows)
 
 
@@ -158,6 +162,7 @@ def events_cmd(
         table.add_column(col, overflow="fold")
     for e in events:
         move = f"{e['from_status'] or '—'} → {e['to_status'] or '—'}"
-        table.add_row(_when(e["created_at"]), e["skill_id"], f"{e['agent_id']}/{e['user_id']}", e["event"], move,
-                      e["actor"], e["reason"] or "", e["flow_run_id"] or "")  # fmt: skip
+        table.add_row(_when(e["created_at"]), safe(e["skill_id"]), safe(f"{e['agent_id']}/{e['user_id']}"),
+                      safe(e["event"]), safe(move), safe(e["actor"]), safe(e["reason"] or ""),
+                      safe(e["flow_run_id"] or ""))  # fmt: skip
     console.print(table)

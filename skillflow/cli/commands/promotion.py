@@ -26,6 +26,7 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import SkillNotFound, SkillRecord, get_skill, list_skills
@@ -69,12 +70,12 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
 
 def print_report(report: PromotionReport) -> None:
     """Rich tables: promoted, rejected with reasons, skipped, deprecated, review flags, the gate table."""
-    title = f"{report.agent_id} / {report.user_id} — {report.mode} {report.cycle}" + (
+    title = f"{safe(report.agent_id)} / {safe(report.user_id)} — {safe(report.mode)} {report.cycle}" + (
         " (dry run)" if report.dry_run else ""
     )
     console.rule(title)
     if report.partition_skipped:
-        console.print(f"partition skipped: {report.partition_skipped}")
+        console.print(f"partition skipped: {safe(report.partition_skipped)}")
         return
     console.print(f"candidates considered: {report.candidates_considered}")
     outcome = Table(show_header=True, header_style="bold", title="Decisions")
@@ -82,19 +83,19 @@ def print_report(report: PromotionReport) -> None:
     outcome.add_column("class / skill", style="cyan")
     outcome.add_column("reason", overflow="fold")
     for sid in report.promoted:
-        outcome.add_row("[green]promoted[/]", sid, "")
+        outcome.add_row("[green]promoted[/]", safe(sid), "")
     for h in report.would_promote:
-        outcome.add_row("[green]would promote[/]", h[:12], "dry run")
+        outcome.add_row("[green]would promote[/]", safe(h[:12]), "dry run")
     for h, reasons in report.rejected:
-        outcome.add_row("[red]rejected[/]", h[:12], "; ".join(reasons))
+        outcome.add_row("[red]rejected[/]", safe(h[:12]), safe("; ".join(reasons)))
     for h, reason in report.skipped:
-        outcome.add_row("[yellow]skipped[/]", h[:12], reason)
+        outcome.add_row("[yellow]skipped[/]", safe(h[:12]), safe(reason))
     for sid, reason in report.deprecated:
-        outcome.add_row("[magenta]deprecated[/]", sid, reason)
+        outcome.add_row("[magenta]deprecated[/]", safe(sid), safe(reason))
     if outcome.row_count:
         console.print(outcome)
     for flag in report.review_flags:
-        console.print(f"[bold]review:[/] {flag}")
+        console.print(f"[bold]review:[/] {safe(flag)}")
     if not report.gates:
         return
     gates = Table(title="Gates", header_style="bold", caption=GATE_LEGEND)
@@ -102,21 +103,21 @@ def print_report(report: PromotionReport) -> None:
         gates.add_column(col, justify="left" if col == "class" else "right", style="cyan" if col == "class" else None)
     names = list(report.gates[0].checks)
     for name in names:
-        gates.add_column(SHORT.get(name, name), justify="center")
+        gates.add_column(safe(SHORT.get(name, name)), justify="center")
     gates.add_column("score", justify="right")
     gates.add_column("decision", overflow="fold")
     for g in report.gates:
         marks = ["[green]✓[/]" if g.checks.get(n) else "[red]✗[/]" for n in names]
         score = "" if g.score is None else f"{g.score:.2f}"
         gates.add_row(
-            g.hash[:8],
+            safe(g.hash[:8]),
             str(g.executions),
             f"{g.success_rate:.2f}",
             str(g.distinct_queries),
             str(g.last_seen_days),
             *marks,
             score,
-            g.decision,
+            safe(g.decision),
         )
     console.print(gates)
 
@@ -219,6 +220,10 @@ def _baseline(skill: SkillRecord) -> str:
     return f"{b['success_rate']:.2f} over {b.get('executions', '?')}"
 
 
+def _badge(status: str) -> str:
+    return BADGE.get(status) or safe(status)
+
+
 def _skill_json(skill: SkillRecord, full: bool = False) -> dict[str, Any]:
     return {k: v for k, v in skill.__dict__.items() if full or k != "content"}
 
@@ -249,16 +254,16 @@ def skills_cmd(
         table.add_column(col, style="cyan" if col == "id" else None, justify="right" if col == "v" else "left")
     for s in skills:
         table.add_row(
-            s.id[:12],
-            s.agent_id,
-            s.user_id,
-            s.name,
-            BADGE.get(s.status, s.status),
+            safe(s.id[:12]),
+            safe(s.agent_id),
+            safe(s.user_id),
+            safe(s.name),
+            _badge(s.status),
             str(s.version),
-            s.injection_role,
-            s.canonical_hash[:12],
-            _activation(s),
-            _baseline(s),
+            safe(s.injection_role),
+            safe(s.canonical_hash[:12]),
+            safe(_activation(s)),
+            safe(_baseline(s)),
             f"{s.updated_at:%Y-%m-%d %H:%M}",
         )
     console.print(table)
@@ -310,23 +315,30 @@ def show_cmd(
         page = render_html(gather_evidence(engine, skill.id, load_promotion_config()))
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(page, encoding="utf-8")
-        console.print(f"review page: {html.resolve()}")
+        console.print(f"review page: {safe(html.resolve())}")
     engine.dispose()
     klass = current[0].__dict__ if current else None
     if json:
         print_json({"skill": _skill_json(skill, full=True), "class_now": klass, "events": [dict(e) for e in events]})
         return
-    console.rule(f"{skill.name} v{skill.version}  {BADGE.get(skill.status, skill.status)}  role={skill.injection_role}")
-    console.print(f"id {skill.id}  tenant {skill.agent_id}/{skill.user_id}  class {skill.canonical_hash[:12]}")
-    console.print(f"distiller {skill.distiller} ({skill.prompt_version}), embeddings {skill.embedding_model or '—'}")
+    console.rule(f"{safe(skill.name)} v{skill.version}  {_badge(skill.status)}  role={safe(skill.injection_role)}")
+    tenant = f"{safe(skill.agent_id)}/{safe(skill.user_id)}"
+    console.print(f"id {safe(skill.id)}  tenant {tenant}  class {safe(skill.canonical_hash[:12])}")
+    console.print(
+        f"distiller {safe(skill.distiller)} ({safe(skill.prompt_version)}), "
+        f"embeddings {safe(skill.embedding_model or '—')}"
+    )
     if skill.demotion_reason:
-        console.print(f"[red]retired:[/] {skill.demotion_reason}")
-    console.print(Panel(Syntax(skill.content, "markdown", word_wrap=True), title="SKILL.md"))  # raw: keep <shape>s
+        console.print(f"[red]retired:[/] {safe(skill.demotion_reason)}")
+    content = visible(skill.content, multiline=True)  # no markup in Syntax: raw keeps <shape>s, controls shown
+    console.print(Panel(Syntax(content, "markdown", word_wrap=True), title="SKILL.md"))
     evidence = Table(title="Evidence", show_header=False)
     evidence.add_column("what", style="bold")
     evidence.add_column("value", overflow="fold")
     b = skill.baseline or {}
-    evidence.add_row("baseline (frozen)", f"{_baseline(skill)}; window {b.get('window_start')} → {b.get('window_end')}")
+    evidence.add_row(
+        "baseline (frozen)", safe(f"{_baseline(skill)}; window {b.get('window_start')} → {b.get('window_end')}")
+    )
     if klass:
         evidence.add_row(
             "class now",
@@ -334,10 +346,10 @@ def show_cmd(
         )
     evidence.add_row("source runs", str(len(skill.source_workflow_ids or [])))
     evidence.add_row("trigger queries", str(len(skill.trigger_queries or [])))
-    evidence.add_row("tools", ", ".join(skill.tools or []))
-    evidence.add_row("activation", _activation(skill))
+    evidence.add_row("tools", safe(", ".join(map(str, skill.tools or []))))
+    evidence.add_row("activation", safe(_activation(skill)))
     checks = skill.validation or {}
-    evidence.add_row("validation", " ".join(f"{k}:{'✓' if v else '✗'}" for k, v in checks.items()) or "—")
+    evidence.add_row("validation", safe(" ".join(f"{k}:{'✓' if v else '✗'}" for k, v in checks.items()) or "—"))
     console.print(evidence)
     table = Table(title="Events", header_style="bold")
     for col in ("when", "event", "from", "to", "actor", "reason", "flow run"):
@@ -345,11 +357,11 @@ def show_cmd(
     for e in events:
         table.add_row(
             f"{e['created_at']:%Y-%m-%d %H:%M:%S}",
-            e["event"],
-            e["from_status"] or "",
-            e["to_status"] or "",
-            e["actor"],
-            e["reason"] or "",
-            (e["flow_run_id"] or "")[:12],
+            safe(e["event"]),
+            safe(e["from_status"] or ""),
+            safe(e["to_status"] or ""),
+            safe(e["actor"]),
+            safe(e["reason"] or ""),
+            safe((e["flow_run_id"] or "")[:12]),
         )
     console.print(table)

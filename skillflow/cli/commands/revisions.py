@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, engine_for, fail, print_json
 from skillflow.cli.commands.lifecycle import ActorOption, IdArg, ReasonOption, _actor, _announce, resolve_id
+from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.config import load_promotion_config
 from skillflow.storage.skills import SkillRecord
 
@@ -82,18 +83,18 @@ def edit_cmd(
             raise typer.Exit(1) from exc
         console.print("[red]edit refused[/red] (nothing stored):")
         for r in exc.reasons:
-            console.print(f"  - {r}")
+            console.print(f"  - {safe(r)}")
         raise typer.Exit(1) from exc
     if json:
         print_json({"skill_id": full, "applied": result.changed, "revision": result.revision, "diff": result.diff})
         return
     if not result.changed:
-        console.print(f"no change: {skill.name} v{skill.version} stays at revision {result.revision}")
+        console.print(f"no change: {safe(skill.name)} v{skill.version} stays at revision {result.revision}")
         return
-    console.print(result.diff, markup=False, highlight=False)
+    console.print(visible(result.diff, multiline=True), markup=False, highlight=False)
     console.print(
-        f"stored revision {result.revision} of [cyan]{skill.name}[/cyan] v{skill.version}; activate it with "
-        f"`skillflow activate {full[:12]} --revision {result.revision}`"
+        f"stored revision {result.revision} of [cyan]{safe(skill.name)}[/cyan] v{skill.version}; activate it with "
+        f"`skillflow activate {safe(full[:12])} --revision {result.revision}`"
     )
 
 
@@ -117,9 +118,11 @@ def history_cmd(skill_id: IdArg, db: DbOption = None, json: JsonOption = False) 
             for r in v["revisions"]
             if len(v["revisions"]) > 1
         ]
+        version, sid = f"v{v['version']}", safe(v["skill_id"][:12])
         for at, what, status, actor, why in sorted(rows, key=lambda r: r[0]):
-            table.add_row(f"v{v['version']}", v["skill_id"][:12], f"{at:%Y-%m-%d %H:%M:%S}", what, status, actor, why)
-        table.add_row(f"v{v['version']}", v["skill_id"][:12], "now", "", v["status"], "", "", end_section=True)
+            cells = (safe(what), safe(status), safe(actor), safe(why))
+            table.add_row(version, sid, f"{at:%Y-%m-%d %H:%M:%S}", *cells)
+        table.add_row(version, sid, "now", "", safe(v["status"]), "", "", end_section=True)
     console.print(table)
 
 
@@ -139,7 +142,7 @@ def diff_cmd(
     except ValueError as exc:
         fail(str(exc))
         return
-    typer.echo(text or "(no differences)", nl=not text)
+    typer.echo(visible(text, multiline=True) or "(no differences)", nl=not text)
 
 
 @app.command("rollback")
@@ -169,7 +172,9 @@ def rollback_cmd(
     if json:
         print_json({"skill_id": skill.id, "version": skill.version, "status": skill.status})
     else:
-        console.print(f"rolled back: [cyan]{skill.name}[/cyan] v{skill.version} ({skill.id}) is {skill.status}")
+        console.print(
+            f"rolled back: [cyan]{safe(skill.name)}[/cyan] v{skill.version} ({safe(skill.id)}) is {safe(skill.status)}"
+        )
     # Also when it rolled back to the ACTIVE version itself (nothing changed): the rollback that made it ACTIVE
     # is sent again, under its lifecycle row's id and with the payload read from that row.
     _announce(engine, "skillflow.skill.rolled_back", skill, lambda row: _rollback_payload(engine, skill, row))
@@ -218,8 +223,8 @@ def export_cmd(
         print_json({"exported": [{"skill_id": e.skill_id, "name": e.name, "folder": str(e.folder)} for e in done]})
         return
     for e in done:
-        console.print(f"{e.folder}  ({e.skill_id})")
-    console.print(f"exported {len(done)} skill(s) to {dest}")
+        console.print(f"{safe(e.folder)}  ({safe(e.skill_id)})")
+    console.print(f"exported {len(done)} skill(s) to {safe(dest)}")
 
 
 @app.command("import")
@@ -246,9 +251,9 @@ def import_cmd(
         print_json({"results": [r.__dict__ for r in results]})
     else:
         for r in results:
-            tail = f" ({r.skill_id})" if r.skill_id else ""
-            console.print(f"{r.folder}: {r.decision}{tail}")
+            tail = f" ({safe(r.skill_id)})" if r.skill_id else ""
+            console.print(f"{safe(r.folder)}: {safe(r.decision)}{tail}")
             for reason in r.reasons:
-                console.print(f"  - {reason}")
+                console.print(f"  - {safe(reason)}")
     if any(r.decision == "refused" for r in results):
         raise typer.Exit(1)
