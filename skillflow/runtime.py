@@ -28,12 +28,11 @@ from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.guard import MAX_RETRIEVAL_CHARS, PrepareArgs
-from skillflow.injection.minilm import WeightsNotInstalled
 from skillflow.injection.prompting import PROVIDERS, Assembled, Provider, assemble, to_provider
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
-from skillflow.kernel.errors import InputError
+from skillflow.kernel.errors import InputError, WeightsNotInstalled
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
 from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
 from skillflow.storage.migrations import SchemaNewer, require_current

