@@ -36,9 +36,17 @@ def checked_database_url(db: str | None) -> str:
     """``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: a URL SQLAlchemy cannot use is a one-line error."""
     url = db or Settings().database_url
     try:
-        make_url(url).get_dialect()
+        dialect = make_url(url).get_dialect()
     except (ArgumentError, NoSuchModuleError, ValueError) as exc:
         raise bad_database_url(url, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    try:
+        dialect.import_dbapi()  # the driver: what the engine imports on its first connection
+    except ImportError as exc:
+        shown = make_url(url).render_as_string(hide_password=True)
+        raise CliError(
+            f"--db {shown!r}: its driver is not installed ({exc.name or exc}); install the extra for the database "
+            "(pip install '.[postgres]' or '.[oracle]'), or use another URL"
+        ) from exc
     return url
 
 

@@ -129,3 +129,28 @@ def test_export_to_a_path_that_cannot_be_written(here: Path) -> None:
     taken = here / "out" / "cancel-reservation" / "SKILL.md"
     taken.mkdir(parents=True)  # a directory where SKILL.md goes
     assert str(taken) in one_error(run("export", str(here / "out"), "--db", db), 2)
+
+
+def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) -> None:
+    """Found walking the README: `show` of an unknown id and `reject` of an active skill exited 2 (wrong input),
+    `readiness` of an unknown id printed "not ready" and `distill` of an unknown class a report, both exit 0; a
+    URL whose driver is missing gave a traceback."""
+    db = f"sqlite:///{here / 'x.db'}"
+    engine = make_engine(db)
+    migrate(engine)
+    with engine.begin() as conn:
+        skill = insert_skill(
+            conn, agent_id="a", user_id="u", canonical_hash="h", name="cancel-reservation",
+            description="Cancel a reservation", content="---\nname: cancel-reservation\n---\nbody\n",
+            status=SkillStatus.ACTIVE,
+        )  # fmt: skip
+    engine.dispose()
+    config = str(Path(__file__).resolve().parents[2] / "config" / "skillflow.toml")
+    assert "not found" in one_error(run("show", "deadbeef00", "--db", db), 1)
+    assert "not found" in one_error(run("readiness", "deadbeef00", "--db", db), 1)
+    assert "rejected" in one_error(run("reject", skill.id, "--reason", "dup", "--db", db), 1)
+    tenant = ("--agent-id", "a", "--user-id", "u", "--db", db)
+    assert "at least 4" in one_error(run("distill", "ab", *tenant, SKILLFLOW_CONFIG_PATH=config), 2)
+    assert "no trajectory class" in one_error(run("distill", "abcd", *tenant, SKILLFLOW_CONFIG_PATH=config), 1)
+    line = one_error(run("skills", "--db", "mysql://u:s3cret@h/y"), 2)
+    assert "driver is not installed" in line and "s3cret" not in line

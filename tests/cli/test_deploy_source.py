@@ -75,16 +75,17 @@ def test_a_source_workers_could_not_use_is_refused(
         CodeSource.parse(source, branch, commit)
 
 
-def refused_deploy(tmp_path: Path, *args: str) -> str:
-    """``skillflow deploy`` with ``args`` against an unreachable Prefect API: its one error line (exit 2), having
-    touched neither Prefect nor the database."""
+def refused_deploy(tmp_path: Path, *args: str, api: str | None = "http://127.0.0.1:9/api") -> str:
+    """``skillflow deploy`` with ``args`` against an unreachable Prefect API (or none): its one error line (exit
+    2), having touched neither Prefect nor the database."""
     db = tmp_path / "never.db"
+    env = {"PATH": str(BIN), "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")}
     done = subprocess.run(
         [str(BIN / "skillflow"), "deploy", "--pool", "p", "--db", f"sqlite:///{db}", *args],
         capture_output=True,
         text=True,
         timeout=120,
-        env={"PATH": str(BIN), "PREFECT_API_URL": "http://127.0.0.1:9/api", "HOME": str(tmp_path)},
+        env=env if api is None else {**env, "PREFECT_API_URL": api},
     )
     assert done.returncode == 2 and not done.stdout, done
     lines = done.stderr.strip().splitlines()
@@ -97,6 +98,14 @@ def test_the_cli_refuses_a_bad_source_in_one_line_before_touching_prefect_or_the
     token = "ghp_0123456789abcdefABCD"
     line = refused_deploy(tmp_path, "--source", f"https://u:{token}@h/r.git")
     assert line.startswith("error: --source carries credentials") and token not in line
+
+
+def test_deploy_without_a_prefect_server_says_so_instead_of_deploying_to_a_temporary_one(tmp_path: Path) -> None:
+    """Without PREFECT_API_URL, Prefect started a temporary server, took the ten deployments, and ended with the
+    command, which reported success (found walking the README)."""
+    line = refused_deploy(tmp_path, api=None)
+    assert "PREFECT_API_URL is unset" in line
+    assert not (tmp_path / "prefect").exists() or not any((tmp_path / "prefect").rglob("*.db"))
 
 
 def test_the_deploy_output_says_where_workers_load_the_code_from() -> None:

@@ -104,10 +104,17 @@ def deploy_cmd(
     json: JsonOption = False,
 ) -> None:
     """Register every flow on a work pool ($PREFECT_API_URL) for `prefect worker start --pool NAME` machines."""
+    from prefect.settings import PREFECT_API_URL
+
     from flows.serve import CodeSource, deploy_to_pool
     from tasks.automations import install_automations
     from tasks.fanout import FleetSettings
 
+    if not PREFECT_API_URL.value():  # Prefect would start a temporary server that ends with this command
+        fail(
+            "skillflow deploy registers the flows on a running Prefect server, and PREFECT_API_URL is unset: start "
+            "one (`prefect server start`) and export PREFECT_API_URL=http://<host>:4200/api (docs/guide/ops.md)"
+        )
     extra = _env(env)
     try:
         code = CodeSource.parse(source, branch, commit)

@@ -10,6 +10,7 @@ import typer
 from sqlalchemy import Engine, select
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
+from skillflow.cli.errors import FAILED
 from skillflow.cli.terminal import safe
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
@@ -64,7 +65,7 @@ def resolve_id(engine: Engine, skill_id: str) -> str:
     """Like :func:`lookup_id` but exits with a message when the skill is unknown."""
     full = lookup_id(engine, skill_id)
     if full is None:
-        fail(f"skill {skill_id} not found")
+        fail(f"skill {skill_id} not found", FAILED)
     return str(full)
 
 
@@ -82,7 +83,7 @@ def _done(skill: SkillRecord, json: bool, verb: str) -> None:
 def readiness_cmd(skill_id: IdArg, db: DbOption = None, json: JsonOption = False) -> None:
     """Advisory shadow readiness of a skill (observations, match and success rates, reasons). Changes nothing."""
     engine = engine_for(db)
-    full = lookup_id(engine, skill_id) or skill_id
+    full = resolve_id(engine, skill_id)  # an unknown id is an error, not "not ready"
     with engine.connect() as conn:
         result = get_shadow_readiness(conn, full, load_promotion_config())
     if json:
@@ -125,10 +126,10 @@ def activate_cmd(
             engine, full, chosen, actor=_actor(actor), config=load_promotion_config(), revision=revision
         )
     except ActivationRefused as exc:
-        fail("activation refused: " + "; ".join(exc.reasons))
+        fail("activation refused: " + "; ".join(exc.reasons), FAILED)
         return
     except InvalidTransition as exc:
-        fail(str(exc))
+        fail(str(exc), FAILED)
         return
     _done(skill, json, "activated")
     decision = {"decision": f"activate_{skill.injection_role}", "injection_role": skill.injection_role}
@@ -157,7 +158,7 @@ def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, d
     try:
         skill = fn(engine, full, reason, actor=_actor(actor))
     except (InvalidTransition, ValueError) as exc:
-        fail(str(exc))
+        fail(str(exc), FAILED)  # a refused transition, as the error layer maps the project's own refusals
         return
     _done(skill, json, verb)
     decision = {"rejected": "reject", "demoted": "demote"}[verb]
@@ -226,7 +227,13 @@ def review_cmd(
     try:
         run: Any = run_deployment(DEPLOYMENT, parameters=params, timeout=0)  # sync call returns a FlowRun
     except Exception as exc:  # noqa: BLE001 - any API failure becomes one readable line
-        fail(f"could not start {DEPLOYMENT}: {type(exc).__name__}: {exc}")
+        if type(exc).__name__ == "ObjectNotFound":  # the server answers, the deployment is not on it
+            fail(
+                f"could not start {DEPLOYMENT}: the Prefect server at {api} has no such deployment; register them "
+                "with `skillflow serve` (this machine) or `skillflow deploy --pool …` (workers), then run this again",
+                FAILED,
+            )
+        fail(f"could not start {DEPLOYMENT}: {type(exc).__name__}: {exc}", FAILED)
         return
     ui = str(api).rstrip("/").removesuffix("/api")
     if json:

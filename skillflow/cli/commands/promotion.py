@@ -26,6 +26,7 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.cli.errors import FAILED
 from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skill_events
@@ -182,17 +183,24 @@ def distill_cmd(
     promotion_config()
     url = database_url(db)
     engine = engine_for(url)
+    if len(canonical_hash) < 4:
+        fail(f"a class hash prefix needs at least 4 characters, got {visible(canonical_hash)!r}")
     try:
-        full = resolve_hash(engine, agent_id, user_id, canonical_hash) if len(canonical_hash) >= 4 else None
+        full = resolve_hash(engine, agent_id, user_id, canonical_hash)
     except ValueError as exc:
         fail(str(exc))
     finally:
         engine.dispose()
+    if full is None:
+        fail(
+            f"no trajectory class {visible(canonical_hash)!r} among the runs of {visible(agent_id)}/{visible(user_id)}",
+            FAILED,
+        )
     _quiet_prefect(json)
     from flows.distill_class import DistillClassParams, distill_class
 
     params = DistillClassParams(
-        database_url=url, agent_id=agent_id, user_id=user_id, canonical_hash=full or canonical_hash, dry_run=dry_run
+        database_url=url, agent_id=agent_id, user_id=user_id, canonical_hash=full, dry_run=dry_run
     )
     report = distill_class(params)
     if json:
@@ -300,7 +308,7 @@ def show_cmd(
             skill = _find(conn, skill_id)
         except SkillNotFound:
             engine.dispose()
-            fail(f"skill {skill_id} not found")
+            fail(f"skill {skill_id} not found", FAILED)
             raise  # unreachable: fail() exits
         current = aggregate_classes(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
         events = list(
