@@ -55,12 +55,54 @@ class Demo:
         console.rule(f"[bold cyan][{self.n}/{self.total}] {title}[/]  ({time.monotonic() - self.started:.0f}s)")
 
 
+TAU_AGENT = "tau-bench-airline"
+DEMO_AGENTS = (AGENT, TAU_AGENT)  # the only agents a demo database holds
+
+
 def _fresh_sqlite(db: str) -> None:
+    """Remove the demo's SQLite file before a run, refusing a file that is not a demo's: one holding another
+    agent's runs or skills, or not a skillflow database at all (``--db`` pointed at real data)."""
     url = make_url(db)
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return
+    path = Path(url.database)
+    if path.exists() and not _demo_database(path):
+        from skillflow.cli.errors import CliError
+
+        raise CliError(
+            f"--db {db!r}: {path} holds data that is not the demo's (runs or skills of other agents, or not a "
+            "skillflow database); the demo recreates its database, so give it a new file or the default"
+        )
     for suffix in ("", "-wal", "-shm"):
         Path(url.database + suffix).unlink(missing_ok=True)
+
+
+def _demo_database(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` is empty or holds nothing but the demo's agents."""
+    import sqlite3
+
+    if path.is_file() and path.stat().st_size == 0:
+        return True
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        marks = ",".join("?" for _ in DEMO_AGENTS)
+        for table in ("workflow_memory", "skillbox", "agent_tools"):
+            if (
+                table in tables
+                and conn.execute(
+                    f"SELECT 1 FROM {table} WHERE agent_id NOT IN ({marks}) LIMIT 1", DEMO_AGENTS
+                ).fetchone()
+            ):
+                return False
+        return not tables or "workflow_memory" in tables
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
 
 
 def _class_table(engine: Engine, agent_id: str, user_id: str, limit: int = 12) -> Table:
@@ -391,7 +433,7 @@ def run_corpus(db: str, corpus: Path) -> None:
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
     from skillflow.lab.ingest.tau_bench import ingest_tau_bench
 
-    agent, user = "tau-bench-airline", "shared"
+    agent, user = TAU_AGENT, "shared"
     demo = Demo(db, 3)
     rows: dict[str, dict[str | None, Any]] = {}
     for outcome in ("execution", "reward"):

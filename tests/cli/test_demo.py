@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from skillflow.cli.errors import CliError
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,3 +52,38 @@ def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     assert "cancel-reservation v2: shadow" in out
     assert "passed=True" in out and "HTML report:" in out
     assert (tmp_path / "demo.db").is_file()
+
+
+def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> None:
+    """`skillflow demo --db X` deleted any SQLite file X (found walking the README); it recreates only a demo's."""
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+    from skillflow.cli.demo import _fresh_sqlite
+    from skillflow.runtime import Skillflow
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+
+    real = tmp_path / "real.db"
+    engine = make_engine(f"sqlite:///{real}")
+    migrate(engine)
+    assert Skillflow(agent_id="support", engine=engine, spool_dir=tmp_path).record_run("q", "u", [{"tool": "t"}]).stored
+    engine.dispose()
+    result = CliRunner().invoke(app, ["demo", "--db", f"sqlite:///{real}"])
+    assert result.exit_code == 2 and "not the demo's" in result.stderr and real.stat().st_size > 0
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database")
+    with pytest.raises(CliError, match="not the demo's"):
+        _fresh_sqlite(f"sqlite:///{notes}")
+    assert notes.read_text() == "not a database"
+    demo = tmp_path / "demo.db"
+    engine = make_engine(f"sqlite:///{demo}")
+    migrate(engine)
+    assert (
+        Skillflow(agent_id="sim-airline", engine=engine, spool_dir=tmp_path)
+        .record_run("q", "u", [{"tool": "t"}])
+        .stored
+    )
+    engine.dispose()
+    _fresh_sqlite(f"sqlite:///{demo}")
+    assert not demo.exists()

@@ -13,7 +13,7 @@ from skillflow.cli.app import app
 @app.command("demo")
 def demo_command(
     db: Annotated[
-        str, typer.Option("--db", help="Database URL; a SQLite file is recreated.")
+        str, typer.Option("--db", help="Database URL; a demo's SQLite file is recreated, another file refused.")
     ] = "sqlite:///.skillflow/demo.db",
     corpus: Annotated[
         Path | None, typer.Option("--corpus", help="τ-bench gpt-4o-airline.json to ingest instead of simulating.")
