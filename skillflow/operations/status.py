@@ -36,6 +36,7 @@ FLOW_REPORT_MODES = {"promotion-cycle": "cycle", "distill-class": "distill"}
 FINISHED_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 MODE_SCAN = 500  # newest promotion reports read to find the newest of each mode
 UNKNOWN = "unknown"
+UNREACHABLE = "unknown: the Prefect API did not answer"
 
 
 @dataclass
@@ -185,7 +186,7 @@ def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: flo
             item.last_flow_run_id = run.get("id")
     except (OSError, ValueError):  # URLError/HTTPError/timeouts are OSErrors; bad JSON is a ValueError
         for item in out:  # an unreachable or confused API: say so rather than guess
-            item.state, item.last_run_at, item.last_flow_run_id = UNKNOWN, None, None
+            item.state, item.last_run_at, item.last_flow_run_id = UNREACHABLE, None, None
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Engine, insert
 from typer.testing import CliRunner
@@ -110,7 +111,9 @@ def test_status_cli_json_and_table(engine: Engine) -> None:
 def test_status_marks_unreachable_prefect_unknown(engine: Engine) -> None:
     _seed(engine)
     status = collect_status(engine, PromotionConfig(), prefect_api_url="http://127.0.0.1:9/api")
-    assert {f["state"] for f in status["flows"]} == {"unknown"}
+    assert {f["state"] for f in status["flows"]} == {"unknown: the Prefect API did not answer"}
+    result = runner.invoke(app, ["status", "--db", _url(engine), "--prefect-api", "http://127.0.0.1:9/api"])
+    assert result.exit_code == 0 and "the Prefect API at http://127.0.0.1:9/api did not answer" in result.output
 
 
 def test_events_log(engine: Engine) -> None:
@@ -132,3 +135,17 @@ def test_events_log(engine: Engine) -> None:
     result = runner.invoke(app, ["events", "--db", _url(engine), "--agent-id", "a1", "--limit", "5"])
     assert result.exit_code == 0, result.output
     assert "alice" in result.output and "looks" in result.output and "activat" in result.output
+
+
+def test_skills_prints_whole_ids_on_a_narrow_terminal(engine: Engine, monkeypatch: Any) -> None:
+    """At 80 columns the id column was cut to `d174…`; README says `--skill` takes the id `skills` prints."""
+    from skillflow.cli.app import console
+    from skillflow.storage.skills import list_skills
+
+    _seed(engine)
+    monkeypatch.setattr(console, "width", 80)
+    result = runner.invoke(app, ["skills", "--db", _url(engine)])
+    assert result.exit_code == 0, result.output
+    with engine.connect() as conn:
+        ids = [s.id[:12] for s in list_skills(conn)]
+    assert ids and all(i in result.output for i in ids), result.output

@@ -229,3 +229,5 @@ def test_status_last_finished_run_and_distill_class_has_its_own_report(engine: E
     assert flows["promotion-cycle"].last_run_at == datetime(2025, 1, 2, 3, 5, tzinfo=UTC)  # its end, not a schedule
     body = _FakePrefect.seen[0]
     assert body["sort"] == "END_TIME_DESC" and "SCHEDULED" not in body["flow_runs"]["state"]["type"]["any_"]
+    down = flow_status(engine, "http://127.0.0.1:9/api", timeout=1)  # nothing listens: said, not "unknown" alone
+    assert {f.state for f in down} == {"unknown: the Prefect API did not answer"}

@@ -130,7 +130,15 @@ def status_cmd(
                 )
     else:
         console.print("No runs or skills stored yet.")
-    flows = Table(title="Flows" + ("" if prefect_api else " (no Prefect API configured: states unknown)"))
+    from skillflow.operations.status import UNREACHABLE
+
+    if not prefect_api:
+        caption = " (no Prefect API configured: states unknown)"
+    elif any(f["state"] == UNREACHABLE for f in status["flows"]):
+        caption = f" (the Prefect API at {prefect_api} did not answer: states unknown)"
+    else:
+        caption = ""
+    flows = Table(title="Flows" + safe(caption))
     for col in ("flow", "last report", "report flow run", "state", "last run", "flow run"):
         flows.add_column(col, no_wrap=col == "flow")
     for f in status["flows"]:

@@ -259,7 +259,13 @@ def skills_cmd(
         return
     table = Table(title="Skills", header_style="bold")
     for col in ("id", "agent", "user", "name", "status", "v", "role", "class", "activations", "baseline", "updated"):
-        table.add_column(col, style="cyan" if col == "id" else None, justify="right" if col == "v" else "left")
+        table.add_column(
+            col,
+            style="cyan" if col == "id" else None,
+            justify="right" if col == "v" else "left",
+            no_wrap=col == "id",
+            min_width=12 if col == "id" else None,  # the id other commands take, whole on a narrow terminal
+        )
     for s in skills:
         table.add_row(
             safe(s.id[:12]),
