@@ -444,8 +444,8 @@ def run_corpus(db: str, corpus: Path) -> None:
         migrate(engine)
         rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)
         console.print(
-            f"{rep.runs} user turns stored ({rep.with_identity} with a trajectory identity) in {safe(url)}; "
-            f"outcomes {safe(dict(rep.outcomes))}"
+            f"{rep.runs} runs stored, one per procedure ({rep.with_identity} with a trajectory identity) in "
+            f"{safe(url)}; outcomes {safe(dict(rep.outcomes))}"
         )
         console.print(_class_table(engine, agent, user, limit=10))
         report = promotion_cycle(PromotionCycleParams(database_url=url, agent_id=agent, force=True))[0]
