@@ -11,10 +11,7 @@ from typer.testing import CliRunner
 
 from skillflow.cli import app
 from skillflow.cli.errors import CliError
-from skillflow.kernel.models import SkillStatus
-from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import migrate
-from skillflow.storage.skills import insert_skill
+from tests.support.lifecycle import database_with_skill
 
 DOWN_PREFECT = "http://127.0.0.1:9/api"  # nothing listens on port 9
 
@@ -111,16 +108,7 @@ def test_an_unreachable_prefect_api(here: Path, down_prefect: None, monkeypatch:
 
 
 def test_export_to_a_path_that_cannot_be_written(here: Path) -> None:
-    db = f"sqlite:///{here / 'x.db'}"
-    engine = make_engine(db)
-    migrate(engine)
-    with engine.begin() as conn:
-        insert_skill(
-            conn, agent_id="a", user_id="u", canonical_hash="h", name="cancel-reservation",
-            description="Cancel a reservation", content="---\nname: cancel-reservation\n---\nbody\n",
-            status=SkillStatus.ACTIVE,
-        )  # fmt: skip
-    engine.dispose()
+    db, _ = database_with_skill(here / "x.db")
     a_file = here / "notes.txt"
     a_file.write_text("x")
     for dest in (a_file, a_file / "skills"):  # a file where the folder should be; a folder under a file
@@ -135,16 +123,7 @@ def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) 
     """Found walking the README: `show` of an unknown id and `reject` of an active skill exited 2 (wrong input),
     `readiness` of an unknown id printed "not ready" and `distill` of an unknown class a report, both exit 0; a
     URL whose driver is missing gave a traceback."""
-    db = f"sqlite:///{here / 'x.db'}"
-    engine = make_engine(db)
-    migrate(engine)
-    with engine.begin() as conn:
-        skill = insert_skill(
-            conn, agent_id="a", user_id="u", canonical_hash="h", name="cancel-reservation",
-            description="Cancel a reservation", content="---\nname: cancel-reservation\n---\nbody\n",
-            status=SkillStatus.ACTIVE,
-        )  # fmt: skip
-    engine.dispose()
+    db, skill = database_with_skill(here / "x.db")
     config = str(Path(__file__).resolve().parents[2] / "config" / "skillflow.toml")
     assert "not found" in one_error(run("show", "deadbeef00", "--db", db), 1)
     assert "not found" in one_error(run("readiness", "deadbeef00", "--db", db), 1)

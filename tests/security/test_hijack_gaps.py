@@ -9,12 +9,10 @@ Each payload below must be found as the kind named; each benign text must stay c
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 import pytest
 
 from skillflow.promotion.hijack import hijack_findings
+from tests.support.timing import growth
 
 TOOLS = ["get_booking", "cancel_booking"]
 
@@ -219,21 +217,9 @@ ADVERSARIAL = {
 }
 
 
-def _growth(call: Any, text: str) -> float:
-    def best(t: str) -> float:
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            call(t)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    return best(text) / max(best(text[: len(text) // 10]), 1e-4)
-
-
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_hijack_findings_of_adversarial_text_grows_linearly(kind: str) -> None:
-    assert _growth(hijack_findings, ADVERSARIAL[kind]) < 30, kind
+    assert growth(hijack_findings, ADVERSARIAL[kind]) < 30, kind
 
 
 # Found by a second outside audit (2026-12-05), after the fixes above; each failed on the code before.

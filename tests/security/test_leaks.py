@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
@@ -29,6 +27,7 @@ from skillflow.storage.schema import skillbox
 from tests.support.fake_llm_server import FakeLLMServer, Reply
 from tests.support.llm import T0, cancel_evidence, evidence_with_key, llm_settings
 from tests.support.promotion import config
+from tests.support.timing import growth
 
 pytestmark = pytest.mark.usefixtures("offline_providers")
 
@@ -248,28 +247,11 @@ ADVERSARIAL = {
 }
 
 
-def _growth(call: Any, text: str) -> float:
-    """How many times longer ``call`` takes on ``text`` than on its first tenth, each the best of three (as
-    ``timeit`` reports: other tests of a parallel run only add noise): about 10 when the work grows linearly,
-    about 100 when it grows with the square — a shape, not a speed, so a slow or loaded machine does not
-    change it (speeds are for ``skillflow bench``)."""
-
-    def best(t: str) -> float:
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            call(t)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    return best(text) / max(best(text[: len(text) // 10]), 1e-4)
-
-
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_redaction_of_adversarial_text_grows_linearly(kind: str) -> None:
     """The old patterns grew with the square of such text: 100 000 digits took about 150 s (10 000: 1.5 s)."""
     redact_query("warm up: password is x, card 4111 1111 1111 1111")  # imports the detector libraries
     text = ADVERSARIAL[kind]
-    assert _growth(redact_query, text) < 30, kind
-    assert _growth(literal_findings, text) < 30, kind
+    assert growth(redact_query, text) < 30, kind
+    assert growth(literal_findings, text) < 30, kind
     assert not re.search(r"\d", fold(redact_query(text)))

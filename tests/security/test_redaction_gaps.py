@@ -11,14 +11,11 @@ unchanged and give no finding.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 
 from skillflow.promotion.detectors import literal_findings
 from skillflow.promotion.redact import redact_query, redact_text
+from tests.support.timing import growth
 
 # (text, the secret, whether the skill check reads it too). The skill check (``strict``) reads a credential
 # only after a connector ("is", "=", ":"); in a skill ``<word>`` is a placeholder, so an angle-quoted value or
@@ -212,23 +209,8 @@ def test_a_skill_may_name_a_credential(text: str) -> None:
     assert literal_findings(text, {"cancel_booking", "auth_token", "username", "password"}) == []
 
 
-def _growth(call: Callable[[str], Any], text: str) -> float:
-    """How many times longer ``call`` takes on ``text`` than on its first tenth, each the best of three: about 10
-    when the work grows linearly, about 100 when it grows with the square (as in test_leaks.py)."""
-
-    def best(t: str) -> float:
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            call(t)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    return best(text) / max(best(text[: len(text) // 10]), 1e-4)
-
-
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_the_new_rules_stay_linear(kind: str) -> None:
     redact_query("warm up: password is x, card 4111 1111 1111 1111")
-    assert _growth(redact_query, ADVERSARIAL[kind]) < 30, kind
-    assert _growth(literal_findings, ADVERSARIAL[kind]) < 30, kind
+    assert growth(redact_query, ADVERSARIAL[kind]) < 30, kind
+    assert growth(literal_findings, ADVERSARIAL[kind]) < 30, kind

@@ -136,3 +136,20 @@ def later(seconds: float = 1.0) -> datetime:
 
 def earlier(days: float = 1.0) -> datetime:
     return utcnow() - timedelta(days=days)
+
+
+def database_with_skill(path: Any, status: SkillStatus = SkillStatus.ACTIVE) -> tuple[str, SkillRecord]:
+    """A migrated SQLite database at ``path`` holding one ``cancel-reservation`` skill of tenant a/u; its URL."""
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+
+    url = f"sqlite:///{path}"
+    engine = make_engine(url)
+    migrate(engine)
+    with engine.begin() as conn:
+        skill = insert_skill(
+            conn, agent_id="a", user_id="u", canonical_hash="h", name="cancel-reservation",
+            description="Cancel a reservation", content="---\nname: cancel-reservation\n---\nbody\n", status=status,
+        )  # fmt: skip
+    engine.dispose()
+    return url, skill
