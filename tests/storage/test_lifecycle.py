@@ -177,11 +177,11 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
     code, out = run("activate", skill.id, "--role", "developer", "--actor", "ops", "--json")
     assert code == 0 and json.loads(out) == {"skill_id": skill.id, "status": "active", "injection_role": "developer"}
     code, out = run("reject", skill.id, "--reason", "late")
-    assert code == 2 and "cannot move" in out
+    assert code == 1 and "cannot move" in out  # a refusal (docs/RELIABILITY.md)
     code, out = run("demote", skill.id, "--reason", "tool output changed", "--json")
     assert code == 0 and json.loads(out)["status"] == "demoted"
     code, out = run("activate", "0000000000")
-    assert code == 2 and "not found" in out
+    assert code == 1 and "not found" in out
     assert _events(sqlite_engine, skill.id)[-1]["actor"] != "ops"  # demote defaulted to cli:<login>
     assert _events(sqlite_engine, skill.id)[-1]["actor"].startswith("cli")
 

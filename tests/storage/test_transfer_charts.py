@@ -175,7 +175,7 @@ def test_cli_edit_history_diff_rollback_export(engine: Engine, tmp_path: Path) -
     diff = runner.invoke(app, ["diff", sid[:12], "1", "2", "--db", db])
     assert diff.exit_code == 0 and "-Check each result" in diff.output
     stale = runner.invoke(app, ["activate", sid[:12], "--revision", "1", "--db", db])
-    assert stale.exit_code == 2 and "revision 1 was reviewed" in " ".join(stale.output.split())
+    assert stale.exit_code == 1 and "revision 1 was reviewed" in " ".join(stale.output.split())
     ok = runner.invoke(app, ["activate", sid[:12], "--revision", "2", "--db", db])
     assert ok.exit_code == 0, ok.output
     hist = runner.invoke(app, ["history", sid[:12], "--db", db, "--json"])
