@@ -31,7 +31,7 @@ from skillflow.promotion.report import GateRow, PromotionReport
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import metadata, skill_events, skillbox, workflow_memory
-from tests.support.promotion import AGENT, agent, record_cancel
+from tests.support.promotion import AGENT, agent, cancel_history, record_cancel
 
 # payload -> how the operator must see it
 PAYLOADS: dict[str, tuple[str, str]] = {
@@ -62,11 +62,7 @@ def value(field: str, payload: str) -> str:
 
 def plant(url: str, payload: str) -> str:
     """A tenant with one demoted skill (events, two revisions) whose every untrusted column holds ``payload``."""
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
+    engine, sf = cancel_history(url)
     [skill_id] = cycle.run_partition(engine, AGENT, "u1", sf.config).promoted
     demote_skill(engine, skill_id, "placeholder reason", actor="placeholder-actor")
     for i in range(10, 12):  # runs after the demotion: the class is listed again
@@ -220,11 +216,7 @@ def test_a_reviewers_reason_and_actor_from_the_cli(tmp_path: Path) -> None:
     from tests.support.promotion import config
 
     url = f"sqlite:///{tmp_path / 'review.db'}"
-    engine = make_engine(url)
-    migrate(engine)
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
+    engine, _ = cancel_history(url)
     [skill_id] = cycle.run_partition(engine, AGENT, "u1", config(require_shadow=True)).promoted
     engine.dispose()
     actor = "[bold green]security-team (approved)[/]"

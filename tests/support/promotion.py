@@ -131,3 +131,17 @@ def counts(engine: Engine) -> dict[str, int]:
             for name, t in metadata.tables.items()
             if name not in DERIVED
         }
+
+
+def cancel_history(url: str, n: int = 6, **overrides: Any) -> tuple[Engine, Skillflow]:
+    """A migrated database at ``url`` whose tenant (AGENT, u1) holds ``n`` successful cancel runs: one class the
+    gates promote."""
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+
+    engine = make_engine(url)
+    migrate(engine)
+    sf = agent(engine, **overrides)
+    for i in range(n):
+        record_cancel(sf, "u1", i)
+    return engine, sf
