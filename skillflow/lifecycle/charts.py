@@ -105,12 +105,13 @@ def rolling_success(conn: Connection, skill: SkillRecord, window: int) -> list[t
 
 
 def skill_charts(conn: Connection, skill: SkillRecord, config: PromotionConfig) -> SkillCharts:
-    """Every series of one skill; the rolling series and the lines only for an ACTIVE skill."""
+    """Every series of one skill; the rolling series and the lines for an ACTIVE skill, and for a DEMOTED one
+    (what it did while live, against the line it crossed)."""
     charts = SkillCharts(skill.id, f"{skill.name} v{skill.version} ({skill.status})")
     charts.class_success = class_daily_success(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
     charts.shadow_match = shadow_daily_match(conn, skill)
     value = (skill.baseline or {}).get("success_rate")
-    if skill.status == SkillStatus.ACTIVE.value:
+    if skill.status in (SkillStatus.ACTIVE.value, SkillStatus.DEMOTED.value):
         charts.rolling = rolling_success(conn, skill, config.drift_window_activations)
         if isinstance(value, int | float):
             charts.baseline = float(value)

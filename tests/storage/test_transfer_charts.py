@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from skillflow.cli import app
 from skillflow.kernel.models import utcnow
 from skillflow.lifecycle.charts import class_daily_success, render_png, rolling_success, skill_charts
-from skillflow.lifecycle.decisions import activate_skill
+from skillflow.lifecycle.decisions import activate_skill, demote_skill
 from skillflow.lifecycle.transfer import ExportConflict, export_skills, import_class_key, import_skills
 from skillflow.operations.status import flow_status, list_events
 from skillflow.promotion.cycle import run_partition
@@ -150,6 +150,10 @@ def test_charts_are_computed_from_rows(engine: Engine) -> None:
     assert charts.baseline == pytest.approx(5 / 6) and charts.demotion_line == pytest.approx(5 / 6 - 0.25)
     png = render_png(charts)
     assert png.startswith(b"\x89PNG") and len(png) > 2000
+    demote_skill(engine, sid, "drift: rolling 0.50 vs baseline 0.83", actor="test")
+    with engine.connect() as conn:  # a demoted skill's page shows what it did while live (README, `show --html`)
+        demoted = skill_charts(conn, get_skill(conn, sid), config)
+    assert [v for _, v in demoted.rolling] == [1.0, 1.0, 0.5, 0.0, 0.5] and demoted.demotion_line is not None
 
 
 def test_show_html_is_self_contained_with_the_chart(engine: Engine, tmp_path: Path) -> None:
