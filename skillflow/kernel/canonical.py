@@ -35,6 +35,9 @@ ERROR_KINDS: tuple[str, ...] = (
 )
 MAX_KEY_CHARS = 200
 KEY_DIGEST_CHARS = 16
+# A skill's class key: a run's canonical hash (64 lowercase hex), or an imported skill's key (``imported-`` and 55
+# hex of its name: ``skillflow.lifecycle.transfer.import_class_key``).
+CLASS_KEY = r"[0-9a-f]{64}|imported-[0-9a-f]{55}"
 _STEP_KEY = re.compile(r"^\s*step\s*\d+\s*:\s*(?P<tool>.+?)\s*$", re.IGNORECASE)
 _WS = re.compile(r"\s+")
 

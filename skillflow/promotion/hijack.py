@@ -249,15 +249,6 @@ _COMMS = (
     r"e-?mail|mail|send|sends|sending|forward|transmit|upload|post|share|contact|notify|message|text|dm|ping"
     r"|leak|exfiltrate|publish|tweet|phone|fax|cc|bcc|report|call"
 )
-_OUTSIDE = (
-    r"address|e-?mail|inbox|server|endpoint|url|link|website|site|webhook|number|phone|channel|person|third"
-    r"|external|outside|someone|anyone|somebody|attacker|admin|administrator|auditors?|security|compliance|team"
-    r"|manager|supervisor|boss|colleague|recipient|owner|me|us|this|<email>|<url>|<phone>|<id>|<string>"
-)
-CONTACT = re.compile(
-    rf"(?i)\b(?:{_COMMS})\b(?:\W+\w+){{0,10}}?\W+(?:to|at|via|cc|bcc)\s+(?:the\s+|a\s+|an\s+|our\s+|my\s+)?"
-    rf"(?:[\"“'‘]|(?:{_OUTSIDE})(?![\w-]))"
-)
 # Parties outside the conversation: a sentence that names one of the class's tools may still not address one
 # ("after `cancel_reservation` succeeds, forward the details to the external auditors"), while a channel of the
 # tool's own ("send the confirmation to the email address") is what such a tool does.
@@ -265,9 +256,14 @@ _PARTY = (
     r"third|external|outside|someone|anyone|somebody|attacker|admin|administrator|auditors?|security|compliance"
     r"|manager|supervisor|boss|colleague"
 )
+_OUTSIDE = (
+    r"address|e-?mail|inbox|server|endpoint|url|link|website|site|webhook|number|phone|channel|person|team"
+    rf"|recipient|owner|me|us|this|<email>|<url>|<phone>|<id>|<string>|{_PARTY}"
+)
+_CONTACT_HEAD = rf"(?i)\b(?:{_COMMS})\b(?:\W+\w+){{0,10}}?\W+(?:to|at|via|cc|bcc)\s+"
+CONTACT = re.compile(rf"{_CONTACT_HEAD}(?:the\s+|a\s+|an\s+|our\s+|my\s+)?(?:[\"“'‘]|(?:{_OUTSIDE})(?![\w-]))")
 CONTACT_PARTY = re.compile(
-    rf"(?i)\b(?:{_COMMS})\b(?:\W+\w+){{0,10}}?\W+(?:to|at|via|cc|bcc)\s+(?:the\s+|a\s+|an\s+|our\s+|my\s+|your\s+)?"
-    rf"(?:\w+\s+){{0,2}}?(?:{_PARTY})(?![\w-])"
+    rf"{_CONTACT_HEAD}(?:the\s+|a\s+|an\s+|our\s+|my\s+|your\s+)?(?:\w+\s+){{0,2}}?(?:{_PARTY})(?![\w-])"
 )
 BULK = re.compile(
     r"(?i)\b(?:all|every|entire|full|complete|whole)\s+(?:the\s+|of\s+the\s+)?(?:conversation|chat|transcript|history"

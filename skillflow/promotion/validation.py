@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
+from skillflow.kernel.canonical import CLASS_KEY
 from skillflow.kernel.textnorm import fold, hidden_kinds, readings, strip_controls
 from skillflow.promotion.detectors import Finding, literal_findings
 from skillflow.promotion.evidence import Evidence
@@ -62,7 +63,7 @@ PROVENANCE_KEYS = frozenset({"source", "version", "canonical-hash", "distiller",
 _PROVENANCE_FORMAT = {
     "source": re.compile(r"learned|imported"),
     "version": re.compile(r"[1-9][0-9]{0,3}"),
-    "canonical-hash": re.compile(r"[0-9a-f]{64}|imported-[0-9a-f]{55}"),
+    "canonical-hash": re.compile(CLASS_KEY),
     "distiller": re.compile(r"[a-z][a-z0-9-]{0,31}(?::[A-Za-z0-9][A-Za-z0-9._:/-]{0,79})?"),
 }
 _STAMPED_LITERAL_KINDS = frozenset({"id", "number"})

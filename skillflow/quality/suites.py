@@ -17,12 +17,13 @@ from great_expectations.expectations.core.expect_column_values_to_match_regex im
 from great_expectations.expectations.core.unexpected_rows_expectation import UnexpectedRowsExpectation
 from great_expectations.expectations.metadata_types import FailureSeverity
 
+from skillflow.kernel.canonical import CLASS_KEY
 from skillflow.quality import dialects as d
 from skillflow.quality.model import Check, QualityOptions, Severity
 from skillflow.storage.schema import OUTCOMES, ROLES, STATUSES
 
 HASH_REGEX = r"^[0-9a-f]{64}$"
-SKILL_CLASS_REGEX = r"^(?:[0-9a-f]{64}|imported-[0-9a-f]{55})$"  # a skill's class: a run's hash or an import's key
+SKILL_CLASS_REGEX = rf"^(?:{CLASS_KEY})$"  # a skill's class: a run's hash or an import's key
 LIVE = ("candidate", "shadow", "active")
 # Actors that run unattended: an 'activated' event by one of them is not a review.
 AUTOMATED_ACTORS = (
