@@ -559,6 +559,7 @@ class Skillflow:
             json.dumps(request, allow_nan=False)
         except Exception as exc:  # noqa: BLE001 - the agent still gets its query, without anything learned
             problems.append(f"request could not be assembled ({type(exc).__name__})")
+            reason = ""  # no skill reached the request, whatever the rule chose
             assembled = assemble(args.query, skills=[], system_prompt=args.system_prompt)
             request = to_provider(assembled, args.provider)
         if problems:

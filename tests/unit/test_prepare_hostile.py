@@ -131,7 +131,7 @@ def _check(prepared: Any) -> None:
     assert isinstance(messages, list) and messages and messages[-1]["role"] == "user"
     assert isinstance(messages[-1]["content"], str)
     if prepared.error is not None:
-        assert prepared.skill_ids == () and prepared.skills == []
+        assert prepared.skill_ids == () and prepared.skills == [] and prepared.reason != "injected"
 
 
 def test_a_good_call_injects_the_skill(agent: tuple[Skillflow, str]) -> None:
@@ -148,6 +148,24 @@ def test_a_hostile_argument_never_raises(agent: tuple[Skillflow, str], param: st
     _check(prepared)
     if param == "provider" or (param in ("query", "user_id") and not isinstance(value, str)):
         assert prepared.error is not None and param in prepared.error
+
+
+def test_a_request_that_cannot_be_assembled_with_its_skill_says_no_skill_was_injected(
+    agent: tuple[Skillflow, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from skillflow import runtime
+
+    real = runtime.assemble
+
+    def failing(query: str, *, skills: Any = (), **kwargs: Any) -> Any:
+        if skills:
+            raise ValueError("a skill that cannot be rendered")
+        return real(query, skills=skills, **kwargs)
+
+    monkeypatch.setattr(runtime, "assemble", failing)
+    prepared = agent[0].prepare(QUERY, "u")
+    _check(prepared)
+    assert "could not be assembled" in (prepared.error or "") and prepared.reason == ""
 
 
 def test_unknown_provider_degrades_to_the_openai_shape(agent: tuple[Skillflow, str]) -> None:
