@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, delete, insert, select
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from skillflow.capture import spool
@@ -36,7 +36,7 @@ from skillflow.kernel.errors import InputError, WeightsNotInstalled
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
 from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
 from skillflow.storage.migrations import SchemaNewer, require_current
-from skillflow.storage.schema import agent_tools, workflow_memory
+from skillflow.storage.schema import workflow_memory
 
 log = logging.getLogger("skillflow.runtime")
 
@@ -119,6 +119,7 @@ class Skillflow:
     _breaker: float = field(init=False, default=30.0, repr=False)
     _down_until: float = field(init=False, default=0.0, repr=False)  # time.monotonic(): the breaker is open until
     _declared: dict[str, bool] | None = field(init=False, default=None, repr=False)  # the last flags read
+    _unwritten_tools: tuple[str, list[dict[str, Any]]] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
@@ -299,7 +300,7 @@ class Skillflow:
         from skillflow.storage.skills import declared_state_changes
 
         assert self.engine is not None
-        if self._down():
+        if self._down() or not self._write_tools():  # a registration not written yet is what this handle declared
             return self._declared
         try:
             with deadline(self.engine, self._timeout), self.engine.connect() as conn:
@@ -332,6 +333,7 @@ class Skillflow:
         try:
             if not strict:  # a strict caller gets the database's own error
                 self._check_up()
+            self._write_tools()
             result = self._store(normalized, conversation)
         except DatabaseDown as exc:
             path = self._spool(normalized, conversation)
@@ -392,6 +394,7 @@ class Skillflow:
         """
         assert self.spool_dir is not None
         stored = quarantined = 0
+        self._write_tools(always=True)
         for path in spool.pending(self.spool_dir):
             try:
                 doc = spool.read_spooled(path)
@@ -616,7 +619,7 @@ class Skillflow:
         names: Iterable[str],
         state_changing: Mapping[str, bool] | None = None,
         hands_off: Iterable[str] = (),
-    ) -> None:
+    ) -> bool:
         """Replace this agent's registered tool list (what declared skill tools must resolve against).
 
         ``state_changing`` declares, per tool, whether it changes state (what segments a conversation,
@@ -624,6 +627,12 @@ class Skillflow:
         that hand the conversation off (to a human, another agent): such a tool changes state, and a procedure
         that calls one is not promoted (the ``handoff`` gate, docs/guide/promotion.md). Naming a tool that is
         not registered, declaring a hand-off read-only, or an ``agent_id`` capture refuses is a ``ValueError``.
+
+        Returns whether the registration was written. While the database is unreachable (within the capture
+        bounds, as a capture) it is kept instead: this handle segments with the flags at once, and its next
+        capture, declared-tools read or ``replay_spool`` that reaches the database writes it
+        (docs/guide/runtime.md, "The spool, and when the database does not answer"). A process that ends
+        before then loses it; an agent registers its tools at every start.
         """
         assert self.engine is not None
         agent = normalize_tenant("agent_id", self.agent_id)  # as capture reads it: two tenants never share a key
@@ -647,8 +656,38 @@ class Skillflow:
             }
             for n in tools
         ]
-        with self.engine.begin() as conn:
-            conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == agent))
-            if rows:
-                conn.execute(insert(agent_tools), rows)
         self._declared = {n: bool(f) for n, f in declared.items()}  # what declared_state_changes now reads
+        self._unwritten_tools = (agent, rows)
+        return self._write_tools()
+
+    def _write_tools(self, *, always: bool = False) -> bool:
+        """Write the registration :meth:`register_tools` kept; True when none is left unwritten.
+
+        Bounded like a capture; while the breaker is open it is not tried unless ``always``."""
+        if self._unwritten_tools is None:
+            return True
+        if self._down() and not always:
+            return False
+        from skillflow.storage.skills import replace_tools
+
+        assert self.engine is not None
+        agent, rows = self._unwritten_tools
+        for attempt in (1, 2, 3):  # another process inserted a tool first: written again, it finds the row
+            try:
+                with deadline(self.engine, self._timeout), self.engine.begin() as conn:
+                    set_statement_timeout(conn, self._timeout)
+                    replace_tools(conn, agent, rows)
+                break
+            except IntegrityError:
+                if attempt == 3:
+                    log.error("tool registration not written: IntegrityError; kept for the next capture")
+                    return False
+            except OperationalError as exc:
+                self._went_down()
+                log.warning(
+                    "database unavailable (%s): the tool registration is kept until it is back", type(exc).__name__
+                )
+                return False
+        self._unwritten_tools = None
+        self._came_up()
+        return True

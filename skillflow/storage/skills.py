@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, RowMapping, and_, func, insert, select, update
+from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, func, insert, select, update
 
 from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
@@ -433,6 +433,26 @@ def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> N
 
 def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:
     return and_(table.c.agent_id == agent_id, table.c.user_id == user_id)
+
+
+def replace_tools(conn: Connection, agent_id: str, rows: list[dict[str, Any]]) -> None:
+    """Make ``rows`` the agent's registered tools: the others deleted, the kept ones updated, the new inserted.
+
+    Only a tool another transaction inserted since this one's read can collide (``IntegrityError``); written
+    again, the registration finds that row and updates it, so concurrent registrations of one toolbox converge
+    (deleting every row and inserting them all collided again at each attempt)."""
+    names = [r["tool_name"] for r in rows]
+    conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == agent_id, agent_tools.c.tool_name.not_in(names)))
+    have = set(conn.execute(select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id)).scalars())
+    kept = [{**r, "b_agent": r["agent_id"], "b_tool": r["tool_name"]} for r in rows if r["tool_name"] in have]
+    if kept:
+        stmt = update(agent_tools).where(
+            agent_tools.c.agent_id == bindparam("b_agent"), agent_tools.c.tool_name == bindparam("b_tool")
+        )
+        conn.execute(stmt.values({c: bindparam(c) for c in ("registered_at", "changes_state", "hands_off")}), kept)
+    new = [r for r in rows if r["tool_name"] not in have]
+    if new:
+        conn.execute(insert(agent_tools), new)
 
 
 def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, select
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
 from skillflow.storage.migrations import migrate
-from skillflow.storage.schema import workflow_memory
+from skillflow.storage.schema import agent_tools, workflow_memory
 from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN, _pg_engine
 
 # Real stalled servers and locks, each waited out to its bound: `make test` runs them, `make test-fast` not.
@@ -332,3 +332,69 @@ def test_during_an_outage_a_conversation_is_segmented_with_the_declared_flags_la
     assert [tuple(r) for r in rows] == [
         ("down", 0, "get_token"), ("down", 1, "lookup_order"), ("up", 0, "get_token"), ("up", 1, "lookup_order")
     ]  # fmt: skip
+
+
+def _registered(db: Path) -> list[tuple[str, int | None]]:
+    engine = make_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(agent_tools.c.tool_name, agent_tools.c.changes_state).order_by(agent_tools.c.tool_name)
+        ).all()
+    engine.dispose()
+    return [(r[0], r[1]) for r in rows]
+
+
+@pytest.mark.usefixtures("short_timeouts")
+def test_register_tools_during_an_outage_keeps_the_declaration_and_writes_it_when_the_database_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that registers its tools at start-up while the database is locked is not stopped: the handle
+    segments with the flags it was given at once, and the registration is written by its next capture that reaches
+    the database. Before, ``register_tools`` raised ``OperationalError`` into the agent and the flags were lost."""
+    monkeypatch.setenv("SKILLFLOW_CAPTURE_BREAKER_SECONDS", "30")
+    db, agent = _sqlite_agent(tmp_path)
+    locker = sqlite3.connect(db, timeout=0)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        started = time.monotonic()
+        assert agent.register_tools(["get_token", "lookup_order"], state_changing={"get_token": True}) is False
+        assert time.monotonic() - started < BOUND
+        down = agent.record_conversation(_token_conversation(2), "u1", conversation_id="down")
+    finally:
+        locker.rollback()
+        locker.close()
+    assert [(r.spooled, r.error) for r in down] == [(True, "DatabaseDown")] * 2  # two procedures, as declared
+    assert _registered(db) == []  # not written yet
+    agent._down_until = 0.0  # the breaker's window over (not waited out in the test)
+    assert agent.record_run("refund order 3", "u1", STEPS, run_id="after").stored
+    assert _registered(db) == [("get_token", 1), ("lookup_order", None)]
+    assert agent.replay_spool() == 2
+
+
+@pytest.mark.usefixtures("short_timeouts")
+@pytest.mark.parametrize("mode", ["silent", "after_startup"])
+def test_register_tools_against_a_postgres_server_that_never_answers_returns_within_the_bound(mode: str) -> None:
+    """Before, ``register_tools`` waited on a stalled server with no bound (``after_startup``) or raised."""
+    server = StallingServer(mode)
+    try:
+        agent = Skillflow(
+            agent_id="agent", database_url=f"postgresql+psycopg://u@127.0.0.1:{server.port}/db", spool_dir=None
+        )
+        outcome: list[object] = []
+
+        def call() -> None:
+            try:
+                outcome.append(agent.register_tools(["lookup_order"]))
+            except Exception as exc:  # noqa: BLE001 - the assertion below names it
+                outcome.append(exc)
+
+        worker = threading.Thread(target=call, daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(BOUND + 5)
+        assert not worker.is_alive(), "register_tools still blocked"
+        assert time.monotonic() - started < BOUND
+        assert outcome == [False]
+        assert agent._declared_tools() == {}
+    finally:
+        server.close()
