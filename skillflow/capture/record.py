@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select
+from sqlalchemy import Connection, and_, insert, select, update
 
 from skillflow.capture.outcome import ConversationOutcome, Evaluator, Workflow, apply_conversation, resolve_outcome
 from skillflow.kernel import canonical
@@ -273,6 +273,40 @@ def _segment_index(value: Any) -> int | None:
     return value
 
 
+def _late_outcome(conn: Connection, run_id: str, row: Any, conversation: ConversationOutcome) -> str:
+    """A procedure stored by its execution before its conversation ended takes the conversation's outcome.
+
+    A conversation recorded after every turn (``complete=False``) stores each closed procedure by execution;
+    the outcome given (or evaluated) when it ends is then every procedure's, as a single final call stores it
+    (docs/guide/runtime.md). The run, the activations drift reads and, for a run already folded, its class's
+    statistics (recounted by the next fold) follow; a run with shadow records goes back into the outbox, whose
+    drain corrects them. Only an execution-sourced row changes: an outcome once given or evaluated stands."""
+    execution = WorkflowOutcome(row[6])
+    resolution = apply_conversation(execution, conversation)
+    if resolution.source == "execution":
+        return str(row[1])
+    values: dict[str, Any] = {
+        "outcome": resolution.outcome.value,
+        "outcome_source": resolution.source,
+        "learning_error": resolution.learning_error,
+    }
+    changed = resolution.outcome.value != row[1]
+    if changed and row[8]:
+        values["shadow_pending"] = 1  # its records name the old outcome: the drain corrects them
+    conn.execute(update(workflow_memory).where(workflow_memory.c.id == run_id).values(**values))
+    if changed:
+        conn.execute(
+            update(skill_activations)
+            .where(skill_activations.c.run_id == run_id)
+            .values(outcome=resolution.outcome.value)
+        )
+        if row[0] is not None and row[7] != 1:  # folded already (a pending run is folded with its new outcome)
+            from skillflow.storage.class_stats import mark_stale
+
+            mark_stale(conn, [(row[3], row[4], row[0])])
+    return resolution.outcome.value
+
+
 def write_run(
     conn: Connection,
     run: RunInput,
@@ -289,21 +323,22 @@ def write_run(
     another working directory reads another (or no) config file, so the shadow-evaluation flow decides.
     """
     assert run.run_id is not None and run.created_at is not None
+    wm = workflow_memory.c
     existing = conn.execute(
         select(
-            workflow_memory.c.canonical_hash,
-            workflow_memory.c.outcome,
-            workflow_memory.c.promoted_skill_id,
-            workflow_memory.c.agent_id,
-            workflow_memory.c.user_id,
-        ).where(workflow_memory.c.id == run.run_id)
-    ).first()
+            wm.canonical_hash, wm.outcome, wm.promoted_skill_id, wm.agent_id, wm.user_id, wm.outcome_source,
+            wm.execution_outcome, wm.stats_pending, wm.shadow_evaluations,
+        ).where(wm.id == run.run_id)
+    ).first()  # fmt: skip
     if existing is not None:
         if (existing[3], existing[4]) != (run.agent_id, run.user_id):
             # Never confirm, or reveal, another tenant's run.
             return CaptureResult(run.run_id, False, error="run_id is already used by another agent or user")
+        outcome = existing[1]
+        if conversation is not None and existing[5] == "execution":
+            outcome = _late_outcome(conn, run.run_id, existing, conversation)
         # A retried capture converges on the row already written.
-        return CaptureResult(run.run_id, True, existing[0], existing[1], existing[2], already_stored=True)
+        return CaptureResult(run.run_id, True, existing[0], outcome, existing[2], already_stored=True)
     units = canonical.signature(run.steps, config.noop_tools)
     chash = canonical.canonical_hash(units)
     execution = (

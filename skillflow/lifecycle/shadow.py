@@ -220,7 +220,8 @@ def _evaluate_run(
 def persist(conn: Connection, runs: Sequence[PendingRun], new: dict[str, list[dict[str, Any]]]) -> set[str]:
     """Clear the batch from the outbox, append records, index them; returns the skill ids touched."""
     by_id = {r.id: r for r in runs}
-    outbox.clear(conn, [rid for rid, recs in new.items() if not recs])
+    corrected = _corrected(conn, runs)
+    outbox.clear(conn, [rid for rid, recs in new.items() if not recs and rid not in corrected])
     keys = [rec["idempotency_key"] for recs in new.values() for rec in recs]
     known: set[str] = set()
     for i in range(0, len(keys), 500):
@@ -230,15 +231,16 @@ def persist(conn: Connection, runs: Sequence[PendingRun], new: dict[str, list[di
                 select(shadow_observations.c.idempotency_key).where(shadow_observations.c.idempotency_key.in_(chunk))
             ).scalars()
         )
-    evaluations: dict[str, list[dict[str, Any]]] = {}
+    evaluations: dict[str, list[dict[str, Any]]] = {rid: list(recs) for rid, recs in corrected.items()}
     rows: list[dict[str, Any]] = []
-    touched: set[str] = set()
+    touched: set[str] = {str(rec.get("skill_id")) for recs in corrected.values() for rec in recs}
     for rid, recs in new.items():
         if not recs:
             continue
         run = by_id[rid]
         have = {e.get("idempotency_key") for e in run.evaluations}
-        evaluations[rid] = [*run.evaluations, *(r for r in recs if r["idempotency_key"] not in have)]
+        kept = corrected.get(rid, list(run.evaluations))
+        evaluations[rid] = [*kept, *(r for r in recs if r["idempotency_key"] not in have)]
         for rec in recs:
             touched.add(rec["skill_id"])
             if rec["idempotency_key"] in known:
@@ -248,6 +250,32 @@ def persist(conn: Connection, runs: Sequence[PendingRun], new: dict[str, list[di
     if rows:
         conn.execute(insert(shadow_observations), rows)
     return touched
+
+
+def _corrected(conn: Connection, runs: Sequence[PendingRun]) -> dict[str, list[dict[str, Any]]]:
+    """Runs whose outcome changed after their records were written (a conversation's outcome given when it
+    ended, docs/guide/runtime.md): their records and observation rows take the run's outcome now; returns each
+    such run's full list of records."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        if not any(e.get("observed_outcome") != run.outcome for e in run.evaluations):
+            continue
+        records = []
+        for rec in run.evaluations:
+            succeeded = None
+            if rec.get("trajectory_match") and run.outcome in (
+                WorkflowOutcome.SUCCESS.value,
+                WorkflowOutcome.FAILURE.value,
+            ):
+                succeeded = run.outcome == WorkflowOutcome.SUCCESS.value
+            records.append({**rec, "observed_outcome": run.outcome, "matched_trajectory_succeeded": succeeded})
+            conn.execute(
+                update(shadow_observations)
+                .where(shadow_observations.c.idempotency_key == rec.get("idempotency_key"))
+                .values(observed_outcome=run.outcome, matched_succeeded=None if succeeded is None else int(succeeded))
+            )
+        out[run.id] = records
+    return out
 
 
 def _observation_row(run: PendingRun, rec: dict[str, Any]) -> dict[str, Any]:
