@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
@@ -158,6 +158,9 @@ def _step(raw: Any, index: int) -> Step:
     )
 
 
+MAX_CLOCK_SKEW = timedelta(minutes=5)  # how far ahead of this process's clock a caller's created_at may be
+
+
 def _created_at(value: Any) -> datetime:
     """``created_at``: None → now; an aware datetime; an ISO-8601 text with an offset. Anything else is an error."""
     if value is None:
@@ -175,6 +178,8 @@ def _created_at(value: Any) -> datetime:
         value.astimezone(UTC)
     except (OverflowError, ValueError):
         raise RunValidationError("created_at is out of range") from None
+    if value > utcnow() + MAX_CLOCK_SKEW:  # a run ahead of the clock would outrank every later one (drift, requalify)
+        raise RunValidationError(f"created_at is more than {MAX_CLOCK_SKEW.seconds // 60} minutes ahead of this clock")
     return value
 
 

@@ -267,3 +267,23 @@ def test_a_tenant_id_capture_refuses_is_refused_by_import_and_register_tools(
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(agent_tools)).scalar_one() == 0
         assert conn.execute(select(func.count()).select_from(skillbox)).scalar_one() == 0
+
+
+@pytest.mark.parametrize("when", ["2099-01-01T00:00:00+00:00", "9999-12-31T00:00:00+00:00", "in an hour"])
+def test_a_created_at_in_the_future_is_refused(engine: Engine, sf: Skillflow, when: str) -> None:
+    """A run dated ahead of the clock was stored as given: dated 2099, ten successes of an active skill filled
+    drift's window (ordered by ``created_at``) until 2099, so twenty later failures never demoted it, and runs dated
+    after a demotion re-qualified its class with no new evidence. A clock a few minutes ahead is still taken."""
+    from datetime import timedelta
+
+    from skillflow.kernel.models import utcnow
+
+    created: Any = utcnow() + timedelta(hours=1) if when == "in an hour" else when
+    refused = sf.record_run("cancel my reservation", "u", [{"tool": "t"}], created_at=created)
+    assert not refused.stored and refused.error == "created_at is more than 5 minutes ahead of this clock"
+    (conv,) = sf.record_conversation(CANCEL, "u", conversation_id="c", created_at=created)
+    assert not conv.stored and conv.error == refused.error
+    assert _runs(engine) == 0
+    skewed = sf.record_run("cancel my reservation", "u", [{"tool": "t"}], created_at=utcnow() + timedelta(minutes=4))
+    assert skewed.stored
+    assert sf.record_run("q", "u", [{"tool": "t"}], created_at="0001-01-02T00:00:00+00:00").stored  # the past: imports
