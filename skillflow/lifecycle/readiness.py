@@ -15,9 +15,13 @@ def readiness_from_counts(figures: dict[str, Any], config: PromotionConfig) -> d
     """The advisory dict from ``stats["shadow"]``-shaped counters (pure).
 
     Success and failure only count when the observed trajectory matched the skill's source trajectory:
-    a different successful path may be a valid alternative procedure, not a failure of this one.
+    a different successful path may be a valid alternative procedure, not a failure of this one. The
+    observation floor counts observations whose outcome is known (``unknown_outcomes`` are left out).
     """
     observations = int(figures.get("observations", 0))
+    known = observations - int(
+        figures.get("unknown_outcomes", 0)
+    )  # an unknown outcome is no evidence (drift's grace too)
     matches = int(figures.get("trajectory_matches", 0))
     successes = int(figures.get("matched_successes", 0))
     failures = int(figures.get("matched_failures", 0))
@@ -25,8 +29,11 @@ def readiness_from_counts(figures: dict[str, Any], config: PromotionConfig) -> d
     judged = successes + failures
     success_rate = successes / judged if judged else 0.0
     reasons: list[str] = []
-    if observations < config.shadow_readiness_min_observations:
-        reasons.append(f"observations {observations} < {config.shadow_readiness_min_observations}")
+    if known < config.shadow_readiness_min_observations:
+        counted = (
+            f"observations {observations}" if known == observations else f"observations with a known outcome {known}"
+        )
+        reasons.append(f"{counted} < {config.shadow_readiness_min_observations}")
     if match_rate < config.shadow_readiness_min_trajectory_match_rate:
         reasons.append(
             f"trajectory match rate {match_rate:.2f} < {config.shadow_readiness_min_trajectory_match_rate:.2f}"

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import Connection, Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, case, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from skillflow.injection.embeddings import Embedder
@@ -307,6 +307,9 @@ def shadow_aggregates(conn: Connection, skill_ids: Sequence[str]) -> dict[str, d
             func.coalesce(func.sum(so.trajectory_match), 0).label("matches"),
             func.count(so.matched_succeeded).label("judged"),
             func.coalesce(func.sum(so.matched_succeeded), 0).label("successes"),
+            func.coalesce(func.sum(case((so.observed_outcome == WorkflowOutcome.UNKNOWN.value, 1), else_=0)), 0).label(
+                "unknown"
+            ),
             func.max(so.evaluated_at).label("last"),
         )
         .where(so.skill_id.in_(list(skill_ids)))
@@ -324,6 +327,7 @@ def shadow_aggregates(conn: Connection, skill_ids: Sequence[str]) -> dict[str, d
             "trajectory_mismatches": obs - matches,
             "matched_successes": successes,
             "matched_failures": judged - successes,
+            "unknown_outcomes": int(row.unknown),
             "last_evaluated_at": last.isoformat() if last is not None else None,
         }
     return out
@@ -382,6 +386,7 @@ def empty_shadow_stats() -> dict[str, Any]:
         "trajectory_mismatches": 0,
         "matched_successes": 0,
         "matched_failures": 0,
+        "unknown_outcomes": 0,
         "last_evaluated_at": None,
     }
 

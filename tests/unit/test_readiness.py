@@ -62,3 +62,27 @@ def test_readiness_from_stored_observations(engine: Engine) -> None:
     assert got["trajectory_match_rate"] == 4 / 5 and got["matched_success_rate"] == 3 / 4
     assert got["reasons"] == ["matched success rate 0.75 < 0.80"] and got["ready"] is False
     assert status == "shadow"
+
+
+def test_observations_whose_outcome_is_unknown_do_not_meet_the_floor(engine: Engine) -> None:
+    """Twelve observed runs whose business evaluator failed (``unknown``) and one success were "ready": the
+    floor counted every observation and the success rate rested on one known outcome. Drift's grace counts known
+    outcomes only; readiness now does too."""
+    cfg = config(shadow_readiness_min_observations=10)
+    counts = {"observations": 13, "trajectory_matches": 13, "matched_successes": 1, "matched_failures": 0}
+    got = readiness_from_counts({**counts, "unknown_outcomes": 12}, cfg)
+    assert got["ready"] is False and got["observations"] == 13
+    assert got["reasons"] == ["observations with a known outcome 1 < 10"]
+    source = record(engine, "cancel my reservation", at=earlier(2))
+    skill = make_skill(engine, class_hash(engine, source), sources=[source])
+    for i in range(12):
+        run = record(engine, f"please cancel my reservation {i}")
+        with engine.begin() as conn:
+            conn.execute(update(workflow_memory).where(workflow_memory.c.id == run).values(outcome="unknown"))
+    record(engine, "cancel my reservation now")
+    drain_shadow_evaluations(engine, cfg, EMBEDDER)
+    with engine.connect() as conn:
+        stored = get_shadow_readiness(conn, skill.id, cfg)
+        cached = (get_skill(conn, skill.id).stats or {})["shadow"]
+    assert stored["observations"] == 13 and stored["reasons"] == ["observations with a known outcome 1 < 10"]
+    assert cached["unknown_outcomes"] == 12
