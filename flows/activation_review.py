@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from skillflow.kernel.config import load_promotion_config
+from skillflow.kernel.models import SkillStatus
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
 from tasks.common import deployment_of_run, flow_run_id, run_name
 from tasks.events import emit_review
@@ -147,12 +148,24 @@ def _expire(params: ActivationReviewParams, expires: ReviewExpiry, config: Any) 
     """The expiry run: the suspended review still waiting under its key times out (kept in shadow, ``review_timeout``
     recorded for that run, which ends Completed); an answered, re-asked or ended review is left as it is."""
     logger = get_run_logger()
+    expired = expire_review(params.database_url, params.skill_id, expires.flow_run_id, expires.key)
     evidence = load_review(params.database_url, params.skill_id, config)
-    if not expire_review(params.database_url, params.skill_id, expires.flow_run_id, expires.key):
+    if not expired:
         logger.info("review run %s is no longer waiting under %s: nothing to expire", expires.flow_run_id, expires.key)
         return _not_awaiting(evidence, ["the review is no longer waiting"])
+    if evidence.status != SkillStatus.SHADOW.value:
+        return _decided_elsewhere(evidence)
     logger.info("review of skill %s (run %s) timed out: it stays in shadow", params.skill_id, expires.flow_run_id)
     return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
+
+
+def _decided_elsewhere(evidence: ReviewEvidence) -> ReviewOutcome:
+    """The review's timeout came after the skill left shadow another way (``skillflow activate``/``reject``):
+    nothing timed out, nothing is recorded (docs/guide/lifecycle.md)."""
+    get_run_logger().info(
+        "skill %s was decided elsewhere while its review waited: it is %s", evidence.skill_id, evidence.status
+    )
+    return _not_awaiting(evidence, [f"the skill was decided elsewhere: it is {evidence.status}"])
 
 
 @flow(name="activation-review", flow_run_name=run_name("review", "skill_id", flow=True), description=DESCRIPTION)
@@ -202,8 +215,10 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
                         key=key,
                     )
             except FlowPauseTimeout:
-                record_timeout(params.database_url, params.skill_id, run_id)
+                timed_out = record_timeout(params.database_url, params.skill_id, run_id)
                 leave_expired_pause(run_id)  # else Prefect fails the run when it completes
+                if not timed_out:
+                    return _decided_elsewhere(load_review(params.database_url, params.skill_id, config))
                 logger.info("review of skill %s timed out: it stays in shadow", evidence.skill_id)
                 return _not_awaiting(evidence, ["review timed out"], "keep_shadow")
         outcome = apply_decision(

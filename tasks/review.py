@@ -14,7 +14,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from skillflow.kernel.config import PromotionConfig
-from skillflow.kernel.models import utcnow
+from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.lifecycle.review import (
     ReviewEvidence,
     ReviewOutcome,
@@ -121,9 +121,13 @@ def load_decision(
 
 
 @stage(run_name="review-timeout-{skill_id}")
-def record_timeout(database_url: str | None, skill_id: str, flow_run_id: str | None) -> None:
-    """A review nobody answered: the skill stays in shadow; the audit log says so."""
-    log_review_event(engine_for(database_url), skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow")
+def record_timeout(database_url: str | None, skill_id: str, flow_run_id: str | None) -> bool:
+    """A review nobody answered: the skill stays in shadow; the audit log says so. False, and nothing written, when
+    the skill is no longer in shadow (activated or rejected from the CLI while the review waited)."""
+    engine = engine_for(database_url)
+    return log_review_event(
+        engine, skill_id, "review_timeout", ACTOR, "", flow_run_id, "keep_shadow", only_in=SkillStatus.SHADOW
+    )
 
 
 def leave_expired_pause(flow_run_id: str | None) -> None:
@@ -186,9 +190,11 @@ def expire_review(database_url: str | None, skill_id: str, flow_run_id: str, key
             return False
         if (run.parameters.get("params") or {}).get("skill_id") != skill_id:
             return False  # not a review of this skill: an expiry never ends another skill's review
+        timed_out = True
         if load_decision(database_url, skill_id, flow_run_id) is None:
-            record_timeout(database_url, skill_id, flow_run_id)
-        client.set_flow_run_state(run.id, Completed(message="review timed out: kept in shadow"), force=True)
+            timed_out = record_timeout(database_url, skill_id, flow_run_id)
+        message = "review timed out: kept in shadow" if timed_out else "the skill was decided elsewhere"
+        client.set_flow_run_state(run.id, Completed(message=message), force=True)
     return True
 
 

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, select
 
 from skillflow.kernel.config import PromotionConfig
+from skillflow.kernel.models import SkillStatus
 from skillflow.lifecycle.charts import render_png, skill_charts
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, missing_tools, reject_skill
 from skillflow.lifecycle.readiness import get_shadow_readiness
@@ -230,10 +231,15 @@ def log_review_event(
     reason: str,
     flow_run_id: str | None,
     decision: str,
-) -> None:
-    """An audit row for a review that changed nothing (kept in shadow, or timed out)."""
+    only_in: SkillStatus | None = None,
+) -> bool:
+    """An audit row for a review that changed nothing (kept in shadow, or timed out); with ``only_in``, only while
+    the skill has that status (a review's timeout on a skill decided elsewhere meanwhile writes nothing). Returns
+    whether the row was written."""
     with engine.begin() as conn:
         skill = get_skill(conn, skill_id)
+        if only_in is not None and skill.status != only_in.value:
+            return False
         record_event(
             conn,
             skill,
@@ -245,6 +251,7 @@ def log_review_event(
             flow_run_id=flow_run_id,
             details={"review": True, "decision": decision},
         )
+    return True
 
 
 def render_markdown(ev: ReviewEvidence) -> str:

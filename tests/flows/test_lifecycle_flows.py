@@ -166,3 +166,32 @@ def test_review_flow_applies_every_other_decision(
         actors = conn.execute(select(skill_events.c.actor).where(skill_events.c.skill_id == skill.id)).scalars().all()
     assert stored.status == status and stored.injection_role == role
     assert "bob" in actors  # every decision, including keeping the skill in shadow, is logged with its reviewer
+
+
+def test_a_review_whose_skill_was_decided_elsewhere_does_not_time_out(
+    prefect_harness: None, sqlite_engine: Engine
+) -> None:
+    """A skill activated with `skillflow activate` while its review waited: the review's timeout recorded
+    ``review_timeout`` "kept in shadow" on the ACTIVE skill (found on a real fleet by an outside audit), so the
+    audit log and the run contradicted the skill's status. The review now ends without a timeout row."""
+    from skillflow.lifecycle.decisions import activate_skill
+
+    db_url = str(sqlite_engine.url)
+    skill = _skill(sqlite_engine)
+    result: dict[str, Any] = {}
+    params = ActivationReviewParams(
+        database_url=db_url, skill_id=skill.id, timeout_seconds=6, poll_interval_seconds=1, config_overrides=OVERRIDES
+    )
+    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
+    thread.start()
+    _paused_run_id(skill.id)
+    activate_skill(sqlite_engine, skill.id, actor="cli:ops")
+    thread.join(timeout=180)
+    assert not thread.is_alive()
+    outcome = result["outcome"]
+    assert outcome.applied is False and outcome.status == "active"
+    assert outcome.reasons == ["the skill was decided elsewhere: it is active"]
+    with sqlite_engine.connect() as conn:
+        assert get_skill(conn, skill.id).status == "active"
+        events = conn.execute(select(skill_events.c.event).where(skill_events.c.skill_id == skill.id)).scalars().all()
+    assert "review_timeout" not in events
