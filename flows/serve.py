@@ -265,11 +265,45 @@ def run_log_level() -> str:
     return level if level in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"} else "INFO"
 
 
+class ServeRefused(RuntimeError):
+    """The server's deployments of these flows run on a work pool (``skillflow deploy``): serving would break them."""
+
+
+def pooled(deployments: list[Any]) -> dict[str, str]:
+    """Deployment full name → work pool, for the deployments the server already runs on a work pool."""
+    from prefect import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    out: dict[str, str] = {}
+    with get_client(sync_client=True) as client:
+        for deployment in deployments:
+            full = f"{deployment.flow_name}/{deployment.name}"
+            try:
+                found = client.read_deployment_by_name(full)
+            except ObjectNotFound:
+                continue
+            if found.work_pool_name:
+                out[full] = found.work_pool_name
+    return out
+
+
 def serve_all(database_url: str | None = None) -> None:
-    """Serve every deployment from this process until interrupted (runs execute here)."""
+    """Serve every deployment from this process until interrupted (runs execute here).
+
+    Refused (:class:`ServeRefused`) when the server runs these deployments on a work pool: serving would replace
+    them while keeping their pool, so a worker and this process would both take their runs, neither able to load
+    the flows as the other set them up (docs/guide/ops.md)."""
     from prefect import serve
 
     url = database_url or Settings().database_url
+    deployments = build_deployments(url)
+    if taken := pooled(deployments):
+        pools = ", ".join(sorted(set(taken.values())))
+        raise ServeRefused(
+            f"{len(taken)} of these deployments run on work pool(s) {pools} (`skillflow deploy`): serving them here "
+            "would break them. Run workers on the pool instead (`prefect worker start --pool NAME`), or delete the "
+            "deployments first (`prefect deployment delete NAME`) to serve from this process"
+        )
     # A run whose params omit database_url (``--params`` replaces the whole model) falls back to this URL.
     os.environ["SKILLFLOW_DATABASE_URL"] = url
     # Runs execute in child processes that inherit this environment: a quiet shell (PREFECT_LOGGING_LEVEL=WARNING,
@@ -277,4 +311,4 @@ def serve_all(database_url: str | None = None) -> None:
     # and ids at INFO; SKILLFLOW_FLOW_LOG_LEVEL chooses another level.
     os.environ["PREFECT_LOGGING_LEVEL"] = run_log_level()
     # pause_on_shutdown=False: stopping `skillflow serve` must not pause the schedules.
-    serve(*build_deployments(url), pause_on_shutdown=False)
+    serve(*deployments, pause_on_shutdown=False)

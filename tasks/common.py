@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BeforeValidator
 from sqlalchemy import Engine
 
-from skillflow.kernel.config import Settings
+from skillflow.kernel.config import DEFAULT_DATABASE_URL, Settings
 from skillflow.kernel.errors import should_retry
 from skillflow.storage.engine import cached_engine
 from skillflow.storage.migrations import require_current
@@ -35,9 +35,26 @@ T = TypeVar("T")
 _CHECKED: set[str] = set()
 
 
+class MissingDatabaseUrl(RuntimeError):
+    """A flow run on a work pool with no database URL of its own and none in its worker's environment."""
+
+
 def engine_for(database_url: str | None) -> Engine:
-    """The process-wide engine for a URL, after one schema-version check per process."""
+    """The process-wide engine for a URL, after one schema-version check per process.
+
+    A run on a work pool without a URL (its deployment records none when the URL carries a password) reads the
+    worker's ``SKILLFLOW_DATABASE_URL``; a worker without it is refused, never given the built-in SQLite file
+    (docs/guide/ops.md, "Secrets"): that file would be a new, empty database in the worker's directory."""
     url = database_url or Settings().database_url
+    if database_url is None and url == DEFAULT_DATABASE_URL:
+        from tasks.fanout import current_work_pool
+
+        if (pool := current_work_pool()) is not None:
+            raise MissingDatabaseUrl(
+                f"this run on work pool {pool!r} has no database URL: its deployment records none (a URL with a "
+                "password is never recorded), so set SKILLFLOW_DATABASE_URL in this worker's environment "
+                '(docs/guide/ops.md, "Secrets")'
+            )
     engine = cached_engine(url)
     if url not in _CHECKED:
         require_current(engine)

@@ -101,7 +101,7 @@ def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path
         ):
             seed_cancels(url, user)
             out = fleet.cli("deploy", "--pool", "compute", "--db", url, "--json", *source)
-            deployed = json.loads(out[out.index("{") :])
+            deployed = json.loads(out)  # stdout is JSON alone (Prefect's tables go to stderr)
             assert deployed["source"]["location"] == source[1] and deployed["source"]["git"] == (user == "git")
             with temporary_settings(settings):
                 unschedule()
@@ -144,7 +144,7 @@ def test_a_database_password_stays_out_of_the_deployments_and_the_runs_use_the_w
     env = {"SKILLFLOW_EMBEDDER": "hashing", "SKILLFLOW_DISTILLER": "offline", "SKILLFLOW_JUDGE": "offline"}
     with LocalFleet(tmp_path / "prefect", env={**env, "SKILLFLOW_DATABASE_URL": url}) as fleet:
         out = fleet.cli("deploy", "--pool", "compute", "--db", with_password, "--json")
-        assert json.loads(out[out.index("{") :])["database_url_recorded"] is False
+        assert json.loads(out)["database_url_recorded"] is False
         assert secret not in out
         with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
             unschedule()

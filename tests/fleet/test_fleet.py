@@ -156,7 +156,7 @@ def test_a_cycle_over_20_tenants_on_two_workers(databases: tuple[str, str], tmp_
     try:
         with LocalFleet(tmp_path / "prefect", env=env, server_db=server_db) as fleet:
             out = fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", url, "--json")
-            deployed = json.loads(out[out.index("{") :])
+            deployed = json.loads(out)  # stdout is JSON alone (Prefect's tables go to stderr)
             assert "promotion-partitions/promotion-partitions" in deployed["deployments"]
             with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
                 assert unschedule() >= 3  # the crons deploy registered (config/skillflow.toml)

@@ -92,7 +92,7 @@ def test_a_dead_machines_run_is_marked_crashed_and_its_parent_moves_on(tmp_path:
     try:
         with LocalFleet(tmp_path / "prefect", env=env) as fleet:
             out = fleet.cli("deploy", "--pool", "compute", "--control-pool", "ctl", "--db", url, "--json")
-            assert CRASH_UNRESPONSIVE in json.loads(out[out.index("{") :])["automations"]
+            assert CRASH_UNRESPONSIVE in json.loads(out)["automations"]
             with temporary_settings({PREFECT_API_URL: fleet.api_url, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
                 unschedule()
                 fleet.start_workers("ctl", 1, limit=None)

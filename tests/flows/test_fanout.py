@@ -183,3 +183,26 @@ def test_a_batch_that_fails_outside_its_partitions_runs_each_of_them_alone(
     with engine.connect() as conn:
         assert len(conn.execute(select(skillbox)).all()) == 2
     engine.dispose()
+
+
+def test_a_pool_run_without_a_database_url_is_refused_before_it_makes_a_local_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment whose URL carries a password records none, so its runs read the worker's
+    ``SKILLFLOW_DATABASE_URL``. A worker without it used the built-in ``sqlite:///.skillflow/skillflow.db``: the run
+    made that file in the worker's checkout and failed telling the operator to migrate it, and once migrated, every
+    cycle "completed" on that empty database (found on a real fleet by an outside audit)."""
+    import tasks.common as common
+    import tasks.fanout as fanout
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SKILLFLOW_DATABASE_URL", raising=False)
+    monkeypatch.setattr(fanout, "current_work_pool", lambda: "compute")
+    with pytest.raises(common.MissingDatabaseUrl, match="SKILLFLOW_DATABASE_URL") as refused:
+        common.engine_for(None)
+    assert "worker" in str(refused.value) and not (tmp_path / ".skillflow").exists()
+    monkeypatch.setattr(fanout, "current_work_pool", lambda: None)  # served or embedded: the default is the default
+    url = f"sqlite:///{tmp_path / 'given.db'}"
+    migrate(make_engine(url))
+    monkeypatch.setattr(fanout, "current_work_pool", lambda: "compute")
+    assert common.engine_for(url) is not None  # a URL given with the run is used on a pool too

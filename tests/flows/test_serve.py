@@ -79,3 +79,41 @@ def test_default_parameters_leave_required_fields_to_the_form(tmp_path: Path) ->
     assert "skill_id" not in review and review["timeout_seconds"] == 3600
     assert deployments["data-quality"].parameters["params"]["report_dir"] == ".skillflow/reports"
     assert deployments["promotion-cycle"].parameters["params"]["dry_run"] is False
+
+
+def test_serve_refuses_deployments_a_work_pool_runs(prefect_api: str, tmp_path: Path) -> None:
+    """``skillflow serve`` after ``skillflow deploy`` overwrote the fleet's deployments, kept their work pools and
+    dropped their pull steps: runs the serve process took crashed (``…/None``), runs a worker took loaded the flows
+    from the wrong directory, and the deployments stayed broken after serve stopped (found on a real fleet by an
+    outside audit). Serve now refuses, naming the pool, before it changes anything."""
+    import threading
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.serve import ServeRefused, deploy_to_pool, serve_all
+    from skillflow.cli.commands.fleet import ensure_pool
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    outcome: list[BaseException | None] = []
+    with temporary_settings({PREFECT_API_URL: prefect_api}):
+        ensure_pool("compute")
+        deploy_to_pool("compute", url)
+
+        def serve() -> None:  # settings are context-local: the thread enters them itself
+            try:
+                with temporary_settings({PREFECT_API_URL: prefect_api}):
+                    serve_all(url)
+                outcome.append(None)
+            except BaseException as exc:  # noqa: BLE001 - the assertion names it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        thread.join(60)
+        assert not thread.is_alive(), "serve took the deployments over instead of refusing"
+        assert len(outcome) == 1 and isinstance(outcome[0], ServeRefused), outcome
+        assert "compute" in str(outcome[0]) and "skillflow deploy" in str(outcome[0])
+        with get_client(sync_client=True) as client:
+            cycle = client.read_deployment_by_name("promotion-cycle/promotion-cycle")
+        assert cycle.work_pool_name == "compute" and cycle.pull_steps  # untouched

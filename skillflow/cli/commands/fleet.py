@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sys
 import time
 from typing import Annotated
 
@@ -124,12 +126,14 @@ def deploy_cmd(
     engine_for(db, migrate=True).dispose()  # the deploy step migrates; flow runs never do
     url = database_url(db)
     started = time.monotonic()
-    created = [p for p in {pool, control_pool or pool} if ensure_pool(p)]
-    limit_name = FleetSettings().concurrency_limit
-    ensure_limit(limit_name, partition_limit)
-    names = deploy_to_pool(pool, url, control_pool, extra, code)
+    # Prefect prints its own tables of the deployments on stdout: with --json they go to stderr, so stdout is JSON.
+    with contextlib.redirect_stdout(sys.stderr) if json else contextlib.nullcontext():
+        created = [p for p in {pool, control_pool or pool} if ensure_pool(p)]
+        limit_name = FleetSettings().concurrency_limit
+        ensure_limit(limit_name, partition_limit)
+        names = deploy_to_pool(pool, url, control_pool, extra, code)
+        installed = {k: str(v) for k, v in install_automations().items()} if automations else {}
     recorded = recordable_url(url) is not None  # else the workers' own SKILLFLOW_DATABASE_URL names the database
-    installed = {k: str(v) for k, v in install_automations().items()} if automations else {}
     result = {
         "pools_created": sorted(created),
         "deployments": names,
@@ -156,7 +160,8 @@ def deploy_cmd(
             "the database URL carries a password, which the deployments do not record (the UI would show it): "
             "set SKILLFLOW_DATABASE_URL in every worker's environment"
         )
-    console.print(f"start workers with: prefect worker start --pool {safe(pool)}")
+    for name in dict.fromkeys((pool, control_pool or pool)):  # the parents run on the control pool
+        console.print(f"start workers with: prefect worker start --pool {safe(name)}")
 
 
 @app.command("automations")

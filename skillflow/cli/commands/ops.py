@@ -15,6 +15,7 @@ from skillflow.cli.app import (
     console,
     database_url,
     engine_for,
+    fail,
     print_json,
     promotion_config,
 )
@@ -76,11 +77,14 @@ def quality_cmd(
 @app.command("serve")
 def serve_cmd(db: DbOption = None) -> None:
     """Serve every flow as a deployment (cron from config/skillflow.toml) against $PREFECT_API_URL."""
-    from flows.serve import serve_all
+    from flows.serve import ServeRefused, serve_all
 
     promotion_config()
     engine_for(db, migrate=True).dispose()  # the deploy step: the flows' tasks never migrate
-    serve_all(database_url(db))
+    try:
+        serve_all(database_url(db))
+    except ServeRefused as exc:
+        fail(str(exc), 1)
 
 
 def _skills_cell(skills: dict[str, dict[str, int]]) -> str:
