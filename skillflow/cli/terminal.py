@@ -4,9 +4,10 @@ Tool names and sequences recorded from agent runs, queries, error messages, judg
 skill names, descriptions and contents, tenant ids: the CLI prints them through Rich, whose markup would read
 ``[/]`` as a tag (a ``MarkupError`` that takes a whole listing down), ``[conceal]…`` as hidden text and
 ``[link=…]`` as a link; and a control character would reach the terminal raw (``ESC [8m`` hides what follows, an
-OSC 8 sequence makes a link, U+202E reverses the text). :func:`safe` is every such value as markup that shows it
-literally; :func:`visible` is the same text without the markup escaping (for ``markup=False``, ``Text`` and
-plain ``print``). Neither changes what is stored, and ``--json`` prints the exact data.
+OSC 8 sequence makes a link, U+202E reverses the text, U+E000 shows as nothing inside a word). :func:`safe` is
+every such value as markup that shows it literally; :func:`visible` is the same text without the markup escaping
+(for ``markup=False``, ``Text`` and plain ``print``). Neither changes what is stored, and ``--json`` prints the
+exact data.
 
 This module needs none of the pipeline (the agent-only ``skillflow migrate`` uses :func:`visible`).
 """
@@ -38,8 +39,9 @@ def _hidden(ch: str, multiline: bool) -> bool:
 
 def visible(value: object, *, multiline: bool = False) -> str:
     """``value`` as text with every control character shown as an escape (``\\x1b``, ``\\u202e``): C0 and DEL,
-    C1, bidi and zero-width/format characters, Unicode tags, variation selectors, line separators. Tabs and
-    newlines too, unless ``multiline`` (a SKILL.md, a diff) keeps them. Printable text is returned as is."""
+    C1, bidi and zero-width/format characters, Unicode tags, variation selectors, line separators, private-use,
+    unassigned and noncharacter code points (``\\ue000``: a blank, a box or a vendor's glyph on a terminal). Tabs
+    and newlines too, unless ``multiline`` (a SKILL.md, a diff) keeps them. Printable text is returned as is."""
     text = str(value)
     if text.isascii() and text.isprintable():
         return text

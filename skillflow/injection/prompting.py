@@ -122,9 +122,10 @@ _OPENERS = re.compile(
     "[<\uff1c\ufe64\u2039\u02c2\u276e\u27e8\u3008\u2329\u1438]"
     "(?=[^A-Za-z0-9>]{0,256}[/sScC\u0080-\U0010ffff])"  # cheap filter: "<id>", "<email>" never reach escape()
 )
-_ASCII_FRAME = re.compile(r"<(?=\s*/?\s*(?:skill|context)(?![a-z0-9_-]))", re.IGNORECASE)
-_FRAME_TAG = re.compile(r"/?(?:skill|context)(?![a-z0-9_-])")
-_ASCII_TAG = re.compile(r"\s*/?\s*(?:skill|context)(?![a-z0-9_-])", re.IGNORECASE)
+# A backslash before or after the "/" (``<\/context>``, as JSON escapes it) is read through, as whitespace is.
+_ASCII_FRAME = re.compile(r"<(?=[\s\\]*(?:/[\s\\]*)?(?:skill|context)(?![a-z0-9_-]))", re.IGNORECASE)
+_FRAME_TAG = re.compile(r"\\*(?:/\\*)?(?:skill|context)(?![a-z0-9_-])")
+_ASCII_TAG = re.compile(r"[\s\\]*(?:/[\s\\]*)?(?:skill|context)(?![a-z0-9_-])", re.IGNORECASE)
 _ASCII_LEAD = re.compile(r"[\x00-\x7f]*")
 _TAGS = ("/skill", "/context", "skill", "context")
 _WINDOW = 256
@@ -133,8 +134,9 @@ _LEAD = 16
 
 def _inert(text: str) -> str:
     """``text`` with every ``<skill``/``<context`` tag, opening or closing, in any case, spacing or
-    look-alike spelling (fullwidth, zero-width inside, homoglyphs) turned into ``&lt;…``: content may
-    neither close nor open the frame it is placed in (docs/SECURITY.md, "Frame escapes")."""
+    look-alike spelling (fullwidth, zero-width, private-use or unassigned characters inside, homoglyphs, a
+    backslash around the ``/``) turned into ``&lt;…``: content may neither close nor open the frame it is placed
+    in (docs/SECURITY.md, "Frame escapes")."""
     if text.isascii():
         return _ASCII_FRAME.sub("&lt;", text)
 
@@ -144,7 +146,7 @@ def _inert(text: str) -> str:
             return "&lt;"
         lead = _ASCII_LEAD.match(window, 0, _LEAD)
         head = lead.group(0) if lead is not None else ""
-        spelled = "".join(head.split()).casefold()
+        spelled = "".join(head.split()).replace("\\", "").casefold()
         if len(head) == _LEAD or not any(tag.startswith(spelled) for tag in _TAGS):
             return m.group(0)  # the ASCII run already read is no tag's beginning
         return "&lt;" if _FRAME_TAG.match(squeeze(window)) else m.group(0)

@@ -4,10 +4,11 @@
 compatibility forms (fullwidth, mathematical letters, ligatures), combining marks dropped, invisible
 format characters dropped, Unicode tag characters decoded to the ASCII they hide, Cyrillic/Greek letters
 that look Latin folded to Latin, every digit of any script (superscript, circled, dingbat) an ASCII
-digit, every space separator a plain space. ``hidden_kinds`` names the
-characters a stored skill may not carry at all (tag, bidi, zero-width/format, variation selector,
-control). Both have an ASCII fast path. ``unspace`` joins letters spaced out one by one; ``unmark`` removes
-markup inside words and joins words broken across lines; ``readings`` is the text and each of those.
+digit, every space separator a plain space, private-use, unassigned and noncharacter code points dropped.
+``hidden_kinds`` names the characters a stored skill may not carry at all (tag, bidi, zero-width/format,
+variation selector, control, private-use, unassigned, noncharacter). Both have an ASCII fast path.
+``unspace`` joins letters spaced out one by one; ``unmark`` removes markup inside words and joins words broken
+across lines; ``readings`` is the text and each of those.
 """
 
 from __future__ import annotations
@@ -80,13 +81,27 @@ def _is_variation_selector(cp: int) -> bool:
     return 0xFE00 <= cp <= 0xFE0F or 0xE0100 <= cp <= 0xE01EF or 0x180B <= cp <= 0x180D
 
 
+def _unseen_kind(ch: str, category: str) -> str | None:
+    """``private-use``, ``noncharacter`` or ``unassigned`` for a code point no font shows as a letter (a blank, a
+    box, or a vendor's glyph), else None: such a character inside a word splits it for the checks while a reader
+    sees the word whole (docs/SECURITY.md, "Attacks tried")."""
+    if category == "Co":
+        return "private-use"
+    if category != "Cn":
+        return None
+    cp = ord(ch)
+    if 0xFDD0 <= cp <= 0xFDEF or cp & 0xFFFE == 0xFFFE:  # U+FDD0–FDEF and the last two of every plane
+        return "noncharacter"
+    return "unassigned"
+
+
 @lru_cache(maxsize=8192)
 def _fold_char(ch: str) -> str:
     cp = ord(ch)
     if _TAG_FIRST + 0x20 <= cp <= _TAG_FIRST + 0x7E:
         return chr(cp - _TAG_FIRST)  # decoded, so the checks read the hidden instruction
     category = unicodedata.category(ch)
-    if category == "Cf" or _is_variation_selector(cp) or ch in _BLANK_LETTERS:
+    if category == "Cf" or _is_variation_selector(cp) or ch in _BLANK_LETTERS or category in ("Co", "Cn"):
         return ""
     if ch in _LINE_BREAKS:
         return "\n"
@@ -187,7 +202,7 @@ def _hidden_kind(ch: str) -> str | None:
         return "invisible"
     if category == "Cc" and ch not in "\t\n\r":
         return "control"
-    return None
+    return _unseen_kind(ch, category)
 
 
 _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -195,7 +210,8 @@ _ASCII_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 def hidden_kinds(text: str) -> list[str]:
     """Kinds of invisible or control characters in ``text`` (``tag``, ``bidi``, ``invisible``,
-    ``variation-selector``, ``control``), sorted; empty when there are none."""
+    ``variation-selector``, ``control``, ``private-use``, ``unassigned``, ``noncharacter``), sorted; empty when
+    there are none. ``unassigned`` is as of this Python's Unicode version (``unicodedata.unidata_version``)."""
     kinds = {"control"} if _ASCII_CONTROL.search(text) else set()
     if not text.isascii():
         kinds.update(k for ch in set(text) if ch >= "\x80" and (k := _hidden_kind(ch)) is not None)

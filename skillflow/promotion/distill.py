@@ -147,7 +147,10 @@ def _user_supplied(runs: list[EvidenceRun], tool: str, key: str) -> bool:
 
 
 def _example_request(run: EvidenceRun, literals: set[str]) -> str:
-    text = " ".join(redact_text(run.query, literals).split())
+    """The redacted query as the worked example quotes it, each ``"`` in it written ``'``: a query cannot close the
+    quote and read as the skill's own text (docs/SECURITY.md, "Attacks tried"). Not ``\\"``: a rendered page
+    shows that as ``"``, and the checks would read ``word\\`` as a quoted value."""
+    text = " ".join(redact_text(run.query, literals).split()).replace('"', "'")
     text = _CAPITALIZED.sub("<name>", text)
     return text if len(text) <= 160 else text[:157] + "..."
 

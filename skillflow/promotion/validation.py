@@ -4,7 +4,8 @@ Check names (``ValidationResult.checks`` keys) and reason strings are stable; re
 source value. Beyond the source-literal leak check, ``no_literal`` refuses ANY literal (email, URL, phone,
 card, date, id, secret, number of three or more digits, quoted credential) wherever it came from, and
 ``no_injection`` refuses a skill that tells the agent to contact an outside party, call a tool outside the
-class's sequence, ignore its instructions or change its role, or carries hidden characters (docs/SECURITY.md).
+class's sequence, ignore its instructions or change its role, or carries hidden characters, an HTML comment or
+markup that renders as nothing (docs/SECURITY.md).
 The checks read the canonical text (``skillmd.canonical_skill_md``: frontmatter comments dropped) through
 ``kernel.textnorm.fold``, and that text is what a passing result hands back to be stored. The judge only
 runs when every machine check passed, so a leaking or malformed skill is never sent to an LLM judge.
@@ -42,6 +43,30 @@ _DIGIT_MARK = re.compile(r"(?<=\d)[*_~`](?=\d)")
 # An HTML comment renders as nothing (a review page, an editor's preview, a repository's SKILL.md) while the model
 # reads it: text hidden from a reviewer, as hidden characters are (docs/SECURITY.md).
 _HTML_COMMENT = re.compile(r"<!--|--!?>")
+# Markup that renders as nothing, or folds its text away, while the model reads it (docs/SECURITY.md, "Attacks
+# tried"): a link reference definition (``[//]: # (…)``, ``[comment]: <> (…)``; also inside a list item or a block
+# quote, and a footnote definition) is never displayed; a processing instruction, declaration or CDATA section is
+# a comment to a browser; and the elements below hide or fold their content (``<object>`` bare is the offline
+# distiller's shape, only one with attributes counts). Any tag with a ``hidden`` or ``style`` attribute, or an
+# attribute with a value (a ``title``, ``alt``, ``data-*`` text is not shown as text), hides what it carries.
+# Placeholders (``<reservation_id>``, ``<user id>``, ``<object>``) have neither.
+_HIDING_ELEMENTS = (
+    "applet|audio|canvas|datalist|details|dialog|iframe|noembed|noframes|noscript|plaintext|script|select|style"
+    "|svg|template|textarea|title|video|xmp"
+)
+_HIDDEN_MARKUP = re.compile(
+    # a link reference definition: a destination alone, or before a title ("…", '…', (…), maybe continued on the
+    # next lines), or nothing yet (the destination on the next line); "[Step 1]: call the tool" is text
+    r"^(?:[ \t]*(?:>|[-+*]|\d{1,9}[.)]))*[ \t]*\[(?:[^\[\]\\]|\\.){1,999}\]:"
+    r"[ \t]*(?:(?:<[^<>\n]*>|[^\s<]\S*)[ \t]*(?:[\"'(][^\n]*)?)?$"
+    r"|^(?:[ \t]*(?:>|[-+*]|\d{1,9}[.)]))*[ \t]*\[\^[^\]\n]{1,999}\]:"  # a footnote (shown only where referenced)
+    r"|<[?]|<![A-Za-z\[]"  # processing instruction, declaration, CDATA
+    rf"|</?(?:{_HIDING_ELEMENTS})(?=[\s/>]|$)"  # an HTML block needs no ">" on its first line
+    # a tag's attributes (the look-ahead first finds its ">", so a tag that never closes is read once)
+    r"|<[A-Za-z][^\s/<>]*(?=[^<>]*>)\s[^<>]*?(?<=\s)(?:hidden|style)(?=[\s=/>])"
+    r"|<[A-Za-z][A-Za-z0-9-]*(?=[^<>]*>)\s[^<>]*?(?<=\s)[A-Za-z_:][\w.:-]*\s*=",
+    re.IGNORECASE | re.MULTILINE,
+)
 _JOINED_KINDS = frozenset({"card", "account", "phone"})
 CHECKS = (
     "size",
@@ -205,9 +230,12 @@ def _machine_checks(
 
 
 def _hidden(text: str) -> list[str]:
-    """``no_injection``'s kinds of text a reader does not see: hidden characters, and an HTML comment."""
+    """``no_injection``'s kinds of text a reader does not see: hidden characters (``hidden-<kind>``), an HTML
+    comment (``hidden-comment``), and markup that renders as nothing or folds its text away (``hidden-markup``:
+    see ``_HIDDEN_MARKUP``). Read over the whole text, code spans and fences too: nothing a procedure needs."""
     comment = ["hidden-comment"] if _HTML_COMMENT.search(text) else []
-    return [f"hidden-{kind}" for kind in hidden_kinds(text)] + comment
+    markup = ["hidden-markup"] if _HIDDEN_MARKUP.search(text) else []
+    return [f"hidden-{kind}" for kind in hidden_kinds(text)] + comment + markup
 
 
 def _literals(text: str, names: set[str]) -> list[Finding]:
