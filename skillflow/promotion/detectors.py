@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -34,7 +35,9 @@ EMAIL = re.compile(  # starts only where a local part can start: one attempt per
 # An address whose host is one word (``jane@localhost``, ``root@intranet``): a hostname-shaped word after the ``@``,
 # no dot after it (the rule above takes dotted hosts); ``@jane`` (no local part) is a mention.
 EMAIL_HOST = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z][A-Za-z0-9-]*(?![A-Za-z0-9@-]|\.[A-Za-z0-9])")
-URL = re.compile(r"(?i)\b(?:https?|ftp|file|data|javascript)://[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+")
+URL = re.compile(
+    r"(?i)\b(?:https?|h[x*]{2}ps?|ftp|fxp|file|data|javascript)(?:://|\[:\]//|\[://\])[^\s<>\"'`]+|\bwww\.[^\s<>\"'`]+"
+)
 _TLDS = "com|org|net|io|co|ai|dev|app|info|biz|me|xyz|example|test|invalid|local|gov|edu|us|uk|de|ru|cn|fr|tk|ly"
 # An address spelled out in words, as users dodge filters: "jane at example dot com" (only with "dot" and a
 # known top-level domain: "out at JFK. Then" is prose).
@@ -43,6 +46,14 @@ EMAIL_SPELLED = re.compile(
     rf"(?:[ \t]+dot[ \t]+[a-z0-9-]+)*[ \t]+dot[ \t]+"
     rf"(?:{_TLDS})\b"
 )
+# A defanged address, as threat reports and attackers write one so that no filter reads it: a dot written
+# ``[.]``, ``(.)``, ``{.}``, ``[dot]`` or ``(dot)`` (``example[.]com``, ``exfil-host[dot]net``), whatever the
+# top-level domain (``hxxps://…`` is the URL rule's).
+DEFANGED = re.compile(
+    r"(?i)(?<![\w.\[\](){}-])[a-z0-9-]+(?:\.[a-z0-9-]+)*(?:(?:\[\.\]|\(\.\)|\{\.\}|\[dot\]|\(dot\))[a-z0-9-]+)+"
+    r"(?:\.[a-z0-9-]+)*(?:/[^\s<>\"'`]*)?"
+)
+_DEFANGED_DOT = re.compile(r"(?i)\[(?:\.|dot)\]|\((?:\.|dot)\)|\{\.\}")
 DOMAIN = re.compile(rf"(?i)(?<![\w.-])(?:[a-z0-9-]+\.)+(?:{_TLDS})\b(?:/[^\s<>\"'`]*)?")
 _MONTH = (
     r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?"
@@ -66,21 +77,39 @@ ID_TOKEN = re.compile(r"(?<![\w<])(?=[\w.-]*\d)(?=[\w.-]*[A-Za-z])[A-Za-z0-9][\w
 HEX_TOKEN = re.compile(r"\b[0-9a-fA-F-]{16,}\b")
 CODE_TOKEN = re.compile(r"(?<![\w<])[A-Z]{3,}(?![\w>])")
 QUOTED = re.compile(r"(?<!\w)[\"“'‘]([^\"“”'‘’\n]{1,64})[\"”'’](?!\w)")
+# ``password`` also spelled apart or in leetspeak: ``pass-word``, ``p a s s w o r d``, ``passw0rd``, ``pa$$word``.
+_PASSWORD_SPELLINGS = r"p[ ._-]?[a@4][ ._-]?[s$5][ ._-]?[s$5][ ._-]?w[ ._-]?[o0][ ._-]?r[ ._-]?d"
+# A wallet's seed phrase, a session's id or cookie, a wifi or door code, a security question's answer.
+_MORE_CRED_WORDS = (
+    r"(?:secret\s+)?recovery\s+(?:phrase|words?|seed)|seed\s+(?:phrase|words?)|mnemonic(?:\s+(?:phrase|words?))?"
+    r"|wallet\s+(?:phrase|words|seed)|session[\s_-]?(?:id|token|key|cookie)|(?:auth|login)\s+cookie|creds"
+    r"|(?:wi-?fi|wlan|network|router|wpa2?)\s+(?:key|code|passphrase)"
+    r"|(?:door|gate|alarm|garage|entry|locker|building|lock)\s+code|code\s?word|maiden\s+name"
+)
 _CRED_WORDS = (
-    r"user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pw|pin|token|api[\s_-]?key|secret|otp"
-    r"|cvv|cvc|ssn|security\s+code|verification\s+code|access\s+code|(?:security|secret)\s+answers?"
+    rf"{_MORE_CRED_WORDS}|{_PASSWORD_SPELLINGS}"
+    r"|user\s?name|login|password|pass\s?code|pass\s?phrase|passwd|pwd|pw|pin|token|api[\s_-]?key|secret|otp"
+    r"|cvv|cvc|ssn|security\s+(?:code|question)|verification\s+code|access\s+code|(?:security|secret)\s+answers?"
     r"|private\s+key|credentials?|bearer|authorization"
 )
 # The word for password in other languages, as ``fold`` reads it (accents dropped: ``contraseña`` is read
 # ``contrasena``; Cyrillic look-alikes read as Latin: ``пароль`` is read ``пapoль``): es, fr, de, pt, it, pl, nl,
-# ru. Japanese and Chinese (``パスワード`` is read ``ハスワート``: its sound marks are dropped) have no word
-# boundaries, so theirs match anywhere.
-_FOREIGN_CRED_TEXT = "contraseña|clave|mot de passe|passwort|kennwort|senha|parola d'ordine|hasło|wachtwoord|пароль"
-_CJK_CRED_TEXT = "パスワード|密码|密碼"
+# ru, tr, id/ms, vi, sv, no/da, fi, cs/sk, hu, ro. Japanese, Chinese and Korean (``パスワード`` is read ``ハスワート``:
+# its sound marks are dropped; Korean particles attach to the word: ``비밀번호는``) have no word boundaries, so
+# theirs match anywhere.
+_FOREIGN_CRED_TEXT = (
+    "contraseña|clave|mot de passe|passwort|kennwort|senha|parola d'ordine|hasło|wachtwoord|пароль"
+    "|şifre|şifrem|şifreniz|parola|kata sandi|kata laluan|mật khẩu|lösenord|passord|adgangskode|salasana"
+    "|heslo|jelszó|jelszavam|parolă"
+)
+_CJK_CRED_TEXT = "パスワード|密码|密碼|비밀번호|비번|암호|패스워드"
 
 
 def _folded_words(words: str) -> str:
-    return "|".join(re.escape(fold(w)).replace(r"\ ", r"\s+").replace("'", "['’]") for w in words.split("|"))
+    """The words as the detectors may read them: folded, and decomposed too (``fold_map`` reads Hangul syllables
+    as their letters)."""
+    forms = dict.fromkeys(f for w in words.split("|") for f in (fold(w), unicodedata.normalize("NFD", fold(w))))
+    return "|".join(re.escape(f).replace(r"\ ", r"\s+").replace("'", "['’]") for f in forms)
 
 
 # A credential key written as an identifier, in any case: ``DB_PASSWORD``, ``client_secret``, ``X-Auth-Token``,
@@ -88,7 +117,8 @@ def _folded_words(words: str) -> str:
 # ``=`` or ``:`` (in run text also after a closing quote: ``{"pass": …}``), so ``the password_reset flow`` and
 # ``I'll pass`` stay prose.
 _ID_CRED_WORDS = (
-    r"password|passwd|passcode|passphrase|pass|pwd|pw|pin|token|secret|otp|cvv|cvc|ssn|credentials?"
+    r"password|passwd|passcode|passphrase|pass|pwd|pw|pin|token|secret|otp|cvv|cvc|ssn|credentials?|creds"
+    r"|session(?:[_-]?id)?|sessid|phpsessid|jsessionid|sid|cookie|csrf(?:token)?|xsrf(?:[_-]?token)?"
     r"|api[_-]?key|private[_-]?key|username|login|bearer|authorization"
 )
 _CAMEL_CRED_WORDS = r"Password|Passwd|Passcode|Passphrase|Pwd|Secret|Token|Credentials?|ApiKey|PrivateKey"
@@ -109,8 +139,13 @@ def _cred_key(quote: str) -> str:
 # ``jest``/``to``, ru ``это``; ja ``は``, zh ``是``/``为``).
 _STRICT_MARK = r"(?:[-=]+>|[=:]+|[→⇒])"
 _LOOSE_MARK = r"(?:[-=]+>|[=:]+|[→⇒]|[-–—]+|\.{2,})"
-_STRICT_VERBS = rf"is|was|es|est|ist|lautet|war|era|e(?!\.)|jest|(?<=hasło )to|{re.escape(fold('это'))}"
-_CJK_VERBS = r"は|是|为|為"
+_STRICT_VERBS = (
+    rf"is|was|are|were|es|est|ist|lautet|war|era|e(?!\.)|jest|(?<=hasło )to|{re.escape(fold('это'))}|adalah|la"
+)
+_CJK_VERBS_TEXT = "は|是|为|為|는|은"
+_CJK_VERBS = "|".join(
+    dict.fromkeys(f for v in _CJK_VERBS_TEXT.split("|") for f in (v, unicodedata.normalize("NFD", v)))
+)
 _STRICT_VERB = rf"(?:\s+(?:{_STRICT_VERBS})\b|\s*(?:{_CJK_VERBS}))"
 _LOOSE_VERB = rf"(?:\s+(?:{_STRICT_VERBS}|(?:will|would|should|shall|must)\s+be|of|to)\b|\s*(?:{_CJK_VERBS}))"
 _CRED_WORD = r"[^\s\"'<>`“”‘’]+"
@@ -143,15 +178,84 @@ BARE_PROSE = frozenset(_BARE_PROSE_TEXT.split())
 # What a placeholder may name in run text (``shape_of`` and the findings' kinds): ``password is <secret>`` is
 # redacted already, ``password <amberfox>`` is not.
 _PLACEHOLDER_KINDS_TEXT = (
-    "string int number bool null id email date url phone card account secret object value key name code"
+    "string int number bool null id email date url phone card account secret object value key name code address"
 )
 PLACEHOLDER_KINDS = frozenset(_PLACEHOLDER_KINDS_TEXT.split())
 _CRED_NAME = re.compile(rf"(?i)(?:{_CRED_WORDS}|{_ID_CRED_WORDS})")
-# A run of four or more number words ("four five three nine …", "two-seven-one-eight") and a run of three or more
-# CJK numerals: a number spelled out, as users dodge the digit rules ("one or two bags" stays).
-_NUMBER_WORD = r"(?:zero|oh|one|two|three|four|five|six|seven|eight|nine)\b"
-NUMBER_WORDS = re.compile(rf"(?i)\b{_NUMBER_WORD}(?:(?:[ \t]*[,-][ \t]*|[ \t]+){_NUMBER_WORD}){{3,}}")
+# A number spelled out, as users dodge the digit rules: a run of four or more number words ("four five three nine
+# …", "two-seven-one-eight", "quatre cinq trois neuf", "dreizehn vierzehn …"), or of three or more when one is an
+# English ten, teen or scale word ("forty two twenty one", "nine hundred and twelve", "nineteen eighty four"), and a
+# run of three or more CJK numerals ("one or two bags", "twenty one", "one hundred" stay). The words are
+# English's, French's, Spanish's, German's, Italian's and Portuguese's as ``fold`` reads them (``fünf`` is
+# ``funf``); ``and`` joins only after a scale word.
+_EN_UNIT_WORDS = "zero oh one two three four five six seven eight nine"
+_EN_BIG_WORDS = (
+    "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty thirty forty fourty "
+    "fifty sixty seventy eighty ninety"
+)
+_SCALE_WORDS = "hundred thousand million billion"
+_FOREIGN_NUMBER_WORDS = (
+    "zero un deux trois quatre cinq six sept huit neuf dix onze douze treize quatorze quinze seize vingt trente "
+    "quarante cinquante soixante cero uno dos tres cuatro cinco seis siete ocho nueve diez doce trece catorce quince "
+    "veinte treinta cuarenta cincuenta sesenta setenta ochenta noventa eins zwei drei vier funf sechs sieben acht "
+    "neun zehn zwolf dreizehn vierzehn funfzehn sechzehn siebzehn achtzehn neunzehn zwanzig dreissig vierzig "
+    "funfzig sechzig siebzig achtzig neunzig tre quattro cinque sei sette otto nove dieci dois quatro sete oito"
+)
+EN_BIG_NUMBER_WORDS = frozenset((_EN_BIG_WORDS + " " + _SCALE_WORDS).split())
+
+
+def _trie(words: Iterable[str]) -> str:
+    """One regex alternation of lowercase words, as a trie (``t(?:wo|hree)``): it fails at a word's first letter
+    rather than trying each word, which keeps patterns tried at every word of a text cheap."""
+    tree: dict[str, Any] = {}
+    for word in words:
+        node = tree
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def walk(node: dict[str, Any]) -> str:
+        alts = [re.escape(ch) + walk(child) for ch, child in sorted(node.items()) if ch]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 and "" not in node else "(?:" + "|".join(alts) + ")"
+        return body + "?" if "" in node and alts else body
+
+    return walk(tree)
+
+
+_NUMBER_WORD = (
+    rf"(?:{_trie(_SCALE_WORDS.split())}(?:[ \t]+and)?"
+    rf"|{_trie(set((_EN_UNIT_WORDS + ' ' + _EN_BIG_WORDS + ' ' + _FOREIGN_NUMBER_WORDS).split()))})\b"
+)
+NUMBER_WORDS = re.compile(rf"(?i)\b{_NUMBER_WORD}(?:(?:[ \t]*[,-][ \t]*|[ \t]+){_NUMBER_WORD})+")
+_NUMBER_WORD_SPLIT = re.compile(r"[\s,-]+")
 CJK_NUMBER = re.compile(r"[〇零一二三四五六七八九]{3,}")
+# A day and month in words: "the twelfth of april", "april twelfth", "twenty-first of june" (``may`` only after
+# "of": "you may first check" is prose). A year in words after it is a number (above).
+_ORDINAL_WORDS = (
+    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth fourteenth "
+    "fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth"
+)
+_ORDINAL = rf"(?:(?:twenty|thirty)[ -]?)?{_trie(_ORDINAL_WORDS.split())}"
+_MONTH_NAMES_TEXT = "january february march april may june july august september october november december"
+_MONTH_NAME = _trie(_MONTH_NAMES_TEXT.split())
+WORD_DATE = re.compile(
+    rf"(?i)\b{_ORDINAL}[ \t]+of[ \t]+{_MONTH_NAME}\b|\b(?!may\b){_MONTH_NAME}[ \t]+(?:the[ \t]+)?{_ORDINAL}\b"
+)
+# A street address written in lowercase words: "one elm street", "forty two maple avenue" (a number in digits is
+# the digit rules'; "a one way street" is prose: the street's name is no word of ``_NOT_STREET_NAMES``).
+_EN_NUMBER_WORD = _trie((_EN_UNIT_WORDS + " " + _EN_BIG_WORDS + " hundred thousand").split())
+_STREET_TYPE = r"(?:street|st|avenue|ave|road|rd|boulevard|blvd|lane|drive|terrace|parkway|highway|hwy|place|court)"
+WORD_ADDRESS = re.compile(
+    rf"(?i)\b{_EN_NUMBER_WORD}(?:[ -]{_EN_NUMBER_WORD}){{0,3}}(?P<name>(?:[ \t]+[a-z][a-z'-]*){{1,2}}?)"
+    rf"[ \t]+{_STREET_TYPE}\b"
+)
+_NOT_STREET_NAMES_TEXT = (
+    "a an the way more side dead end one-way two-way long short busy small big quiet main other same little narrow "
+    "wide of in on at to for or and lane way's"
+)
+_NOT_STREET_NAMES = frozenset(_NOT_STREET_NAMES_TEXT.split())
 PLACEHOLDER = re.compile(r"<[a-z][a-z ]*>")
 # Upper-case words that are prose, not codes ("When NOT to apply").
 _CODE_ALLOW_TEXT = (
@@ -165,6 +269,43 @@ _PLAIN_VALUES_TEXT = (
     "by true false "
 )
 PLAIN_VALUES = frozenset(_PLAIN_VALUES_TEXT.split())
+# Words that are no value before or after a credential key in the rules below ("what is my password", "my
+# password for the account is not working").
+_PROSE_VALUES_TEXT = (
+    "what which who whom whose where when why how this these those nothing something anything everything "
+    "following not no also just still already now then so but if else all any some each every both either "
+    "neither only too very really being been also there's that's what's here's missing lost needed "
+    "correct different empty optional necessary saved stored hidden unknown gone locked blocked stolen "
+    "compromised weak strong short long case-sensitive"
+)
+PROSE_VALUES = PLAIN_VALUES | BARE_PROSE | frozenset(_PROSE_VALUES_TEXT.split())
+# The value before the key: "trombonist is my password", "kumquatz is the wifi password".
+_KEY_AFTER = (
+    rf"(?:{_PASSWORD_SPELLINGS}|passcode|passphrase|passwd|pwd|pin(?:[ \t]+code)?|secret|security[ \t]+answer"
+    r"|(?:recovery|seed)[ \t]+phrase|access[ \t]+code|door[ \t]+code|code[ \t]?word)"
+)
+VALUE_BEFORE_KEY = re.compile(
+    r"(?i)(?<![\w<>'\"`])(?P<value>[^\s\"'<>`“”‘’,;.!?]{3,64})[ \t]+(?:is|was|will[ \t]+be|=)[ \t]+"
+    r"(?:my|the|our|your|his|her|their)[ \t]+"
+    r"(?:(?:new|old|current|real|actual|account|wifi|wi-fi|email|bank|login|admin|master|temporary|temp|one-time)"
+    rf"[ \t]+){{0,2}}{_KEY_AFTER}\b"
+)
+# A key with a few words between it and its verb: "my password for the account is kumquatz".
+_QUALIFIED_KEYS = (
+    "passcode passphrase passwd pwd pin secret token login username credentials creds mnemonic otp cvv ssn"
+)
+_QUALIFIED_KEY_PHRASES = ("recovery phrase", "seed phrase", "api key", "wifi key", "access code", "door code")
+QUALIFIED_CREDENTIAL = re.compile(
+    rf"(?i)\b(?:{_PASSWORD_SPELLINGS}|{_trie([*_QUALIFIED_KEYS.split(), *_QUALIFIED_KEY_PHRASES])})\b"
+    rf"[ \t]+(?:for|on|of|at|with|to)(?:[ \t]+[\w'’.-]+){{1,4}}?[ \t]+(?:is|was|are|=|:)[ \t]*{_CRED_VALUE}"
+)
+# A ``user:password`` pair after a cue that it is one: "creds are admin:opensesame", "log in to the back office as
+# admin:opensesame".
+USER_PASS = re.compile(
+    r"(?i)\b(?:log(?:ged|ging)?[ \t-]?(?:in|on)|sign(?:ed|ing)?[ \t-]?in|login|logon|creds?|credentials?|account"
+    r"|ssh|auth(?:enticate)?)\b[^\n,;!?]{0,60}?(?<![\w:/.@-])(?P<pair>[a-z][\w.+-]{0,63}:[^\s:/@\"'`<>]{1,64})"
+    r"(?![\w:/@])"
+)
 
 
 @dataclass(frozen=True)
@@ -186,7 +327,9 @@ def _secret_plugins() -> tuple[Any, ...]:
 
 
 # A vendor-prefixed key with no digit in it (``sk_AAAA…``) that the entropy plugins score too low to report.
-_PREFIXED_KEY = re.compile(r"(?<![A-Za-z0-9])(?:sk|pk|rk|ghp|gho|ghs|tok|key|api|xox[abpr])[-_][A-Za-z0-9_-]{16,}")
+_PREFIXED_KEY = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk|pk|rk|ghp|gho|ghs|glpat|tok|key|api|xox[abpr])[-_][A-Za-z0-9_-]{16,}"
+)
 _JWT = re.compile(r"(?<![\w-])eyJ[\w-]{4,}\.[\w-]+")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+/~")
 
@@ -388,24 +531,29 @@ def _raw_findings(text: str, strict: bool) -> list[tuple[str, int, int]]:
         return m.start(), end
 
     add("url", (strip_tail(m) for m in URL.finditer(text)))
+    if _DEFANGED_DOT.search(text):
+        add("url", (strip_tail(m) for m in DEFANGED.finditer(text)))
     add("email", (m.span() for m in EMAIL.finditer(text)))
     add("email", (m.span() for m in EMAIL_SPELLED.finditer(text)))
     add("email", (m.span() for m in EMAIL_HOST.finditer(text)))
     add("url", (strip_tail(m) for m in DOMAIN.finditer(text)))
     add("secret", _secret_spans(text))
     add("secret", _credential_spans(text, strict))
+    add("secret", _more_credential_spans(text))
     if not strict:  # a quoted single token in run text is a value ("JohnDoe", 'Tr0ub4dor&3')
         add("string", (m.span(1) for m in QUOTED.finditer(text) if _quoted_value(m.group(1))))
     add("card", (m.span() for m in CARD_LIKE.finditer(text) if _card_kind(re.sub(r"\D", "", m.group(0)))))
     add("account", (m.span() for m in IBAN_LIKE.finditer(text) if iban.is_valid(m.group(0))))
     add("date", (m.span() for m in DATE.finditer(text)))
+    add("date", (m.span() for m in WORD_DATE.finditer(text)))
+    add("address", (m.span() for m in WORD_ADDRESS.finditer(text) if _street_name(m.group("name"))))
     add("phone", _phone_spans(text))
     add("id", (m.span() for m in ID_TOKEN.finditer(text)))
     add("id", (m.span() for m in HEX_TOKEN.finditer(text) if any(c.isdigit() for c in m.group(0))))
     add("id", (m.span() for m in CODE_TOKEN.finditer(text) if m.group(0) not in CODE_ALLOW))
     add("number", (m.span() for m in NUMBER_CHAIN.finditer(text)))
     add("number", (m.span() for m in NUMBER_OR_DIGITS.finditer(text)))
-    add("number", (m.span() for m in NUMBER_WORDS.finditer(text)))
+    add("number", (m.span() for m in NUMBER_WORDS.finditer(text) if _spelled_number(m.group(0))))
     add("number", (m.span() for m in CJK_NUMBER.finditer(text)))
     return out
 
@@ -432,6 +580,41 @@ def _credential_spans(text: str, strict: bool) -> Iterable[tuple[int, int]]:
             continue
         yield _trim(text, m.start("value"), end)
         pos = end
+
+
+def _more_credential_spans(text: str) -> Iterable[tuple[int, int]]:
+    """A value before its key (:data:`VALUE_BEFORE_KEY`), after a key and a few words (:data:`QUALIFIED_CREDENTIAL`)
+    and a ``user:password`` pair after a cue (:data:`USER_PASS`); a prose word (``what is my password``, ``is not
+    working``) is none."""
+    for before in VALUE_BEFORE_KEY.finditer(text):
+        if before.group("value").lower() not in PROSE_VALUES and not PLACEHOLDER.fullmatch(before.group("value")):
+            yield before.span("value")
+    pos = 0
+    while (m := QUALIFIED_CREDENTIAL.search(text, pos)) is not None:
+        first = m.group("first")
+        pos = m.start("value")
+        if _plain_value(first or m.group("value")) or (first or "").lower().rstrip(".,;:!?") in PROSE_VALUES:
+            continue
+        end = m.end()
+        if first is not None:
+            rest = _CLAUSE_REST.match(text, end)
+            end = rest.end() if rest is not None else end
+        yield _trim(text, m.start("value"), end)
+        pos = end
+    for pair in USER_PASS.finditer(text):
+        yield pair.span("pair")
+
+
+def _spelled_number(run: str) -> bool:
+    """Whether a run of number words spells a number: four words or more, or three with an English ten, teen or
+    scale word (``and`` not counted)."""
+    words = [w for w in _NUMBER_WORD_SPLIT.split(run.lower()) if w and w != "and"]
+    return len(words) >= 4 or (len(words) == 3 and any(w in EN_BIG_NUMBER_WORDS for w in words))
+
+
+def _street_name(words: str) -> bool:
+    """Whether the words between a number and a street type name a street ("elm", not "way" or "dead end")."""
+    return not any(w in _NOT_STREET_NAMES for w in words.lower().split())
 
 
 def _trim(text: str, start: int, end: int) -> tuple[int, int]:
