@@ -203,3 +203,23 @@ def test_a_review_whose_expiry_cannot_be_scheduled_waits_in_its_process(
     thread.join(timeout=60)
     assert (result["outcome"].decision, result["outcome"].applied) == ("keep_shadow", True)
     assert _run(run_id).state.is_completed()
+
+
+def test_an_expiry_after_the_skill_was_decided_elsewhere_records_no_timeout(
+    prefect_harness: None, shadow: tuple[Engine, str, str]
+) -> None:
+    """The suspended review's expiry after ``skillflow activate``: it recorded ``review_timeout`` "kept in shadow" on
+    the ACTIVE skill and ended the review run "review timed out" (the paused path's twin is in
+    ``tests/flows/test_lifecycle_flows.py``)."""
+    from skillflow.lifecycle.decisions import activate_skill
+
+    engine, url, skill_id = shadow
+    run_id = _start(url, skill_id)
+    activate_skill(engine, skill_id, actor="cli:ops")
+    [expiry] = _expiries(run_id)
+    outcome = _execute(expiry)
+    assert (outcome.applied, outcome.status) == (False, "active")
+    assert outcome.reasons == ["the skill was decided elsewhere: it is active"]
+    ended = _run(run_id).state
+    assert ended.is_completed() and ended.message == "the skill was decided elsewhere"
+    assert _events(engine, skill_id, "review_timeout") == 0
