@@ -333,7 +333,8 @@ class Skillflow:
         try:
             if not strict:  # a strict caller gets the database's own error
                 self._check_up()
-            self._write_tools()
+            if not self._write_tools() and not strict:
+                self._check_up()  # the registration just met the outage: the run spools without a second wait
             result = self._store(normalized, conversation)
         except DatabaseDown as exc:
             path = self._spool(normalized, conversation)

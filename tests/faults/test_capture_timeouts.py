@@ -360,15 +360,19 @@ def test_register_tools_during_an_outage_keeps_the_declaration_and_writes_it_whe
         assert agent.register_tools(["get_token", "lookup_order"], state_changing={"get_token": True}) is False
         assert time.monotonic() - started < BOUND
         down = agent.record_conversation(_token_conversation(2), "u1", conversation_id="down")
+        agent._down_until = 0.0  # the breaker's window over, the database still locked
+        # The capture's registration meets the outage and opens the breaker: the run spools without a second wait.
+        spooled = agent.record_run("refund order 9", "u1", STEPS, run_id="during")
     finally:
         locker.rollback()
         locker.close()
     assert [(r.spooled, r.error) for r in down] == [(True, "DatabaseDown")] * 2  # two procedures, as declared
+    assert (spooled.spooled, spooled.error) == (True, "DatabaseDown")
     assert _registered(db) == []  # not written yet
     agent._down_until = 0.0  # the breaker's window over (not waited out in the test)
     assert agent.record_run("refund order 3", "u1", STEPS, run_id="after").stored
     assert _registered(db) == [("get_token", 1), ("lookup_order", None)]
-    assert agent.replay_spool() == 2
+    assert agent.replay_spool() == 3
 
 
 @pytest.mark.usefixtures("short_timeouts")
