@@ -286,17 +286,16 @@ def _late_outcome(conn: Connection, run_id: str, row: Any, conversation: Convers
     (docs/guide/runtime.md). The run, the activations drift reads and, for a run already folded, its class's
     statistics (recounted by the next fold) follow; a run with shadow records goes back into the outbox, whose
     drain corrects them. Only an execution-sourced row changes: an outcome once given or evaluated stands."""
-    execution = WorkflowOutcome(row[6])
-    resolution = apply_conversation(execution, conversation)
+    resolution = apply_conversation(WorkflowOutcome(row.execution_outcome), conversation)
     if resolution.source == "execution":
-        return str(row[1])
+        return str(row.outcome)
     values: dict[str, Any] = {
         "outcome": resolution.outcome.value,
         "outcome_source": resolution.source,
         "learning_error": resolution.learning_error,
     }
-    changed = resolution.outcome.value != row[1]
-    if changed and row[8]:
+    changed = resolution.outcome.value != row.outcome
+    if changed and row.shadow_evaluations:
         values["shadow_pending"] = 1  # its records name the old outcome: the drain corrects them
     conn.execute(update(workflow_memory).where(workflow_memory.c.id == run_id).values(**values))
     if changed:
@@ -305,10 +304,10 @@ def _late_outcome(conn: Connection, run_id: str, row: Any, conversation: Convers
             .where(skill_activations.c.run_id == run_id)
             .values(outcome=resolution.outcome.value)
         )
-        if row[0] is not None and row[7] != 1:  # folded already (a pending run is folded with its new outcome)
+        if row.canonical_hash is not None and row.stats_pending != 1:  # folded (a pending run folds its new outcome)
             from skillflow.storage.class_stats import mark_stale
 
-            mark_stale(conn, [(row[3], row[4], row[0])])
+            mark_stale(conn, [(row.agent_id, row.user_id, row.canonical_hash)])
     return resolution.outcome.value
 
 
@@ -336,14 +335,16 @@ def write_run(
         ).where(wm.id == run.run_id)
     ).first()  # fmt: skip
     if existing is not None:
-        if (existing[3], existing[4]) != (run.agent_id, run.user_id):
+        if (existing.agent_id, existing.user_id) != (run.agent_id, run.user_id):
             # Never confirm, or reveal, another tenant's run.
             return CaptureResult(run.run_id, False, error="run_id is already used by another agent or user")
-        outcome = existing[1]
-        if conversation is not None and existing[5] == "execution":
+        outcome = existing.outcome
+        if conversation is not None and existing.outcome_source == "execution":
             outcome = _late_outcome(conn, run.run_id, existing, conversation)
         # A retried capture converges on the row already written.
-        return CaptureResult(run.run_id, True, existing[0], outcome, existing[2], already_stored=True)
+        return CaptureResult(
+            run.run_id, True, existing.canonical_hash, outcome, existing.promoted_skill_id, already_stored=True
+        )
     units = canonical.signature(run.steps, config.noop_tools)
     chash = canonical.canonical_hash(units)
     execution = (

@@ -19,9 +19,8 @@ def readiness_from_counts(figures: dict[str, Any], config: PromotionConfig) -> d
     observation floor counts observations whose outcome is known (``unknown_outcomes`` are left out).
     """
     observations = int(figures.get("observations", 0))
-    known = observations - int(
-        figures.get("unknown_outcomes", 0)
-    )  # an unknown outcome is no evidence (drift's grace too)
+    # An unknown outcome is no evidence (drift's grace counts known outcomes too).
+    known = observations - int(figures.get("unknown_outcomes", 0))
     matches = int(figures.get("trajectory_matches", 0))
     successes = int(figures.get("matched_successes", 0))
     failures = int(figures.get("matched_failures", 0))

@@ -72,9 +72,7 @@ def shadow_record(
 ) -> dict[str, Any]:
     """The versioned record of docs/design.md, Shadow and drift (pure)."""
     match = run.canonical_hash is not None and run.canonical_hash == expected_hash
-    succeeded: bool | None = None
-    if match and run.outcome in (WorkflowOutcome.SUCCESS.value, WorkflowOutcome.FAILURE.value):
-        succeeded = run.outcome == WorkflowOutcome.SUCCESS.value
+    succeeded = _matched_succeeded(match, run.outcome)
     return {
         "idempotency_key": idempotency_key(run.id, skill_id),
         "skill_id": skill_id,
@@ -89,6 +87,13 @@ def shadow_record(
         "evaluated_at": evaluated_at.isoformat(),
         "evaluator_version": EVALUATOR_VERSION,
     }
+
+
+def _matched_succeeded(match: bool, outcome: str) -> bool | None:
+    """Whether a run on the skill's trajectory succeeded; None off the trajectory or with an unknown outcome."""
+    if not match or outcome not in (WorkflowOutcome.SUCCESS.value, WorkflowOutcome.FAILURE.value):
+        return None
+    return outcome == WorkflowOutcome.SUCCESS.value
 
 
 def eligible(run: PendingRun, skill_created_at: datetime, source_ids: Iterable[str]) -> bool:
@@ -262,12 +267,7 @@ def _corrected(conn: Connection, runs: Sequence[PendingRun]) -> dict[str, list[d
             continue
         records = []
         for rec in run.evaluations:
-            succeeded = None
-            if rec.get("trajectory_match") and run.outcome in (
-                WorkflowOutcome.SUCCESS.value,
-                WorkflowOutcome.FAILURE.value,
-            ):
-                succeeded = run.outcome == WorkflowOutcome.SUCCESS.value
+            succeeded = _matched_succeeded(bool(rec.get("trajectory_match")), run.outcome)
             records.append({**rec, "observed_outcome": run.outcome, "matched_trajectory_succeeded": succeeded})
             conn.execute(
                 update(shadow_observations)
