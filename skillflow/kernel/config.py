@@ -42,7 +42,7 @@ class PromotionConfig(BaseModel):
 
     min_executions: int = Field(5, ge=1, description="Gate: runs of a class before eligible")
     min_success_rate: float = Field(0.80, ge=0.0, le=1.0, description="Gate: class success rate")
-    min_distinct_queries: int = Field(2, ge=1, description="Gate: distinct normalized user queries")
+    min_distinct_queries: int = Field(2, ge=1, description="Gate: distinct normalized user queries of successful runs")
     max_days_since_last_seen: int = Field(30, ge=1, description="Gate: recency window (days)")
     recency_halflife_days: float = Field(14, gt=0, description="Ranking decay half-life (days)")
     max_promotions_per_cycle: int = Field(3, ge=0, description="Cap per cycle")

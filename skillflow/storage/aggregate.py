@@ -77,7 +77,10 @@ def aggregate_query(agent_id: str, user_id: str, canonical_hash: str | None = No
             _count(WorkflowOutcome.SUCCESS).label("successes"),
             _count(WorkflowOutcome.FAILURE).label("failures"),
             _count(WorkflowOutcome.UNKNOWN).label("unknown"),
-            func.count(func.distinct(wm.c.query_fingerprint)).label("distinct_queries"),
+            # the requests the procedure served: a failed or unknown run's request is no evidence it generalises
+            func.count(
+                func.distinct(case((wm.c.outcome == WorkflowOutcome.SUCCESS.value, wm.c.query_fingerprint)))
+            ).label("distinct_queries"),
             func.min(wm.c.created_at).label("first_seen"),
             func.max(wm.c.created_at).label("last_seen"),
             func.sum(case((wm.c.promoted_skill_id.is_not(None), 1), else_=0)).label("stamped"),

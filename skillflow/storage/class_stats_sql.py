@@ -125,6 +125,12 @@ def same_class(a: Any, b: Any) -> ColumnElement[bool]:
     return and_(a.c.agent_id == b.c.agent_id, a.c.user_id == b.c.user_id, a.c.canonical_hash == b.c.canonical_hash)
 
 
+def succeeded(src: Any) -> ColumnElement[bool]:
+    """The runs whose request counts toward ``distinct_queries``: the procedure served it (a failed or unknown run's
+    request is not evidence that the procedure generalises; docs/guide/aggregate.md)."""
+    return src.c.outcome == WorkflowOutcome.SUCCESS.value  # type: ignore[no-any-return]
+
+
 def _counts(after: ColumnElement[bool], src: Any = wm) -> list[Any]:
     def n(cond: ColumnElement[bool]) -> Any:
         return func.coalesce(func.sum(case((and_(after, cond), 1), else_=0)), 0)
@@ -168,7 +174,9 @@ def recount_select(
             wm.c.user_id,
             wm.c.canonical_hash,
             *_counts(after),
-            func.count(func.distinct(case((after, wm.c.query_fingerprint)))).label("distinct_queries"),
+            func.count(func.distinct(case((and_(after, succeeded(wm)), wm.c.query_fingerprint)))).label(
+                "distinct_queries"
+            ),
             func.max(d.c.since).label("since"),
             literal(0).label("stale"),
             literal(now, cs.c.updated_at.type).label("updated_at"),
@@ -209,7 +217,7 @@ def fingerprints_select(
     pending: bool = False,
     partitions: Sequence[Partition] | None = None,
 ) -> Select[Any]:
-    """Per (class, query fingerprint): the newest run (all runs, before or after ``since``; only the pending ones
+    """Per (class, query fingerprint): the newest successful run (before or after ``since``; only the pending ones
     with ``pending``)."""
     src: Any = pending_runs() if pending else wm
     q = (
@@ -223,6 +231,7 @@ def fingerprints_select(
         .where(
             src.c.canonical_hash.is_not(None),
             src.c.query_fingerprint.is_not(None),
+            succeeded(src),
             *tenant(src, agent_id, user_id, partitions),
         )
         .group_by(src.c.agent_id, src.c.user_id, src.c.canonical_hash, src.c.query_fingerprint)
@@ -262,12 +271,13 @@ def fold_delta(
     now: datetime, agent_id: str | None, user_id: str | None, partitions: Sequence[Partition] | None = None
 ) -> Select[Any]:
     """The pending runs in scope, aggregated per class against the current ``since``; ``distinct_queries`` is the
-    number of their fingerprints not yet counted (no class_fingerprints row newer than ``since``)."""
+    number of their successful runs' fingerprints not yet counted (no class_fingerprints row newer than
+    ``since``)."""
     p = pending_runs()
     d = demoted(agent_id, user_id, partitions)
     after = or_(d.c.since.is_(None), p.c.created_at > d.c.since)
     counted = and_(cf.c.query_fingerprint.is_not(None), or_(d.c.since.is_(None), cf.c.last_seen > d.c.since))
-    fresh = case((and_(after, p.c.query_fingerprint.is_not(None), ~counted), p.c.query_fingerprint))
+    fresh = case((and_(after, succeeded(p), p.c.query_fingerprint.is_not(None), ~counted), p.c.query_fingerprint))
     fp_join = and_(same_class(cf, p), cf.c.query_fingerprint == p.c.query_fingerprint)
     return (
         select(

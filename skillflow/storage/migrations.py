@@ -237,6 +237,14 @@ def _m013(conn: Connection) -> None:
     _add_column(conn, 13, "agent_tools", "hands_off")
 
 
+def _m014(conn: Connection) -> None:
+    """No schema change: ``distinct_queries`` counts the requests of successful runs only (docs/guide/aggregate.md),
+    and ``class_stats``/``class_fingerprints`` were folded counting every run's. The fold's bookkeeping row is
+    dropped, so the next fold recounts the whole store with the new rule (until then the cycle reads the
+    reference aggregation, which already counts so)."""
+    conn.execute(text("DELETE FROM class_stats_state"))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
@@ -249,6 +257,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(11, "011_add_partition_runs_folded", _m011),
     Migration(12, "012_add_live_name_key", _m012),
     Migration(13, "013_add_agent_tools_hands_off", _m013),
+    Migration(14, "014_recount_distinct_queries", _m014),
 )
 
 

@@ -12,8 +12,9 @@ docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memo
 ``class_stats_state`` (docs/guide/aggregate.md), 011 adds ``partition_state.runs_folded`` (each partition's
 folded runs, kept by the fold: the cycle's listing and cadence read it, docs/guide/aggregate.md), 012 adds
 ``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), 013 adds
-``agent_tools.hands_off`` (a declared hand-off tool, docs/guide/promotion.md "Gates"), so fresh installs and
-upgrades follow one path.
+``agent_tools.hands_off`` (a declared hand-off tool, docs/guide/promotion.md "Gates"); 014 changes no table (the
+class statistics are recounted: distinct queries count successful runs only), so fresh installs and upgrades follow
+one path.
 It is the one definition: ``storage.migrations`` compiles each migration's DDL from it, and ``sql/oracle/*.sql``
 mirror it for DBAs (``tests/storage/test_oracle_sql.py`` keeps them in step, both ways, at every level).
 """
@@ -37,7 +38,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 13
+LATEST = 14
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255

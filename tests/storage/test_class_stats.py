@@ -65,6 +65,7 @@ op = st.one_of(
     st.tuples(st.just("stamp"), st.sampled_from(TENANTS), st.sampled_from(HASHES)),
     st.tuples(st.just("unstamp")),
     st.tuples(st.just("delete"), st.integers(1, 3)),
+    st.tuples(st.just("relabel"), st.integers(0, 20), st.sampled_from(OUTCOMES)),
     st.tuples(st.just("recount")),
 )
 
@@ -127,6 +128,21 @@ def _skill(conn: Any, tenant: tuple[str, str], h: str, status: str, demoted_at: 
     return sid
 
 
+def _relabel(conn: Any, nth: int, outcome: str) -> None:
+    """A stored run's outcome changed after its capture (a conversation's late outcome, docs/guide/runtime.md):
+    the row is updated and, once folded, its class is marked for a recount, as the capture path does."""
+    wm = workflow_memory
+    row = conn.execute(
+        select(wm.c.id, wm.c.agent_id, wm.c.user_id, wm.c.canonical_hash, wm.c.stats_pending)
+        .order_by(wm.c.id).offset(nth).limit(1)
+    ).first()  # fmt: skip
+    if row is None:
+        return
+    conn.execute(update(wm).where(wm.c.id == row.id).values(outcome=outcome))
+    if row.canonical_hash is not None and row.stats_pending != 1:
+        mark_stale(conn, [(row.agent_id, row.user_id, row.canonical_hash)])
+
+
 def _apply(engine: Engine, step: tuple[Any, ...]) -> None:
     kind = step[0]
     if kind == "fold":
@@ -159,6 +175,8 @@ def _apply(engine: Engine, step: tuple[Any, ...]) -> None:
             if sid is not None:
                 unstamp(conn, get_skill(conn, sid))
                 conn.execute(update(skillbox).where(skillbox.c.id == sid).values(status="shadow", live_key=None))
+        elif kind == "relabel":
+            _relabel(conn, step[1], step[2])
         elif kind == "delete":
             ids = conn.execute(select(workflow_memory.c.agent_id, workflow_memory.c.user_id, workflow_memory.c.id)
                                .order_by(workflow_memory.c.id).limit(step[1])).all()  # fmt: skip
@@ -228,8 +246,62 @@ def test_a_backdated_import_after_a_fold_is_counted(engine: Engine) -> None:
     with engine.begin() as conn:
         _run(conn, TENANTS[0], h, "failure", "q2", -5000)
     [s] = partition_stats(engine, *TENANTS[0])
-    assert (s.successes, s.failures, s.distinct_queries) == (1, 1, 2)
+    assert (s.successes, s.failures, s.distinct_queries) == (1, 1, 1)  # q2 failed: not a request it served
     assert s.first_seen == T0 - timedelta(minutes=5000)
+
+
+@pytest.mark.parametrize("path", ["fold", "recount", "reference"])
+def test_distinct_queries_count_the_requests_of_successful_runs_only(engine: Engine, path: str) -> None:
+    """Five successes of one request and a failure and an unknown outcome of two others: the procedure succeeded
+    on one request, so ``min_distinct_queries = 2`` is not met (an outside audit found 3 counted)."""
+    _reset(engine)
+    h = HASHES[0]
+    with engine.begin() as conn:
+        for m in range(5):
+            _run(conn, TENANTS[0], h, "success", "q1", m)
+        _run(conn, TENANTS[0], h, "failure", "q2", 6)
+        _run(conn, TENANTS[0], h, "unknown", "q3", 7)
+    if path == "recount":
+        recount(engine)
+    if path == "reference":
+        with engine.connect() as conn:
+            [s] = aggregate_classes(conn, *TENANTS[0])
+    else:
+        [s] = partition_stats(engine, *TENANTS[0])
+    assert (s.successes, s.failures, s.unknown, s.distinct_queries) == (5, 1, 1, 1)
+
+
+def test_an_outcome_changed_after_the_fold_moves_the_distinct_queries(engine: Engine) -> None:
+    """A folded run that turns out failed (a conversation's late outcome) no longer counts its request, and one
+    that turns out successful counts it, from the next fold on."""
+    _reset(engine)
+    h = HASHES[0]
+    with engine.begin() as conn:
+        _run(conn, TENANTS[0], h, "success", "q1", 1)
+        _run(conn, TENANTS[0], h, "success", "q2", 2)
+        _run(conn, TENANTS[0], h, "unknown", "q3", 3)
+    fold(engine)
+    assert partition_stats(engine, *TENANTS[0])[0].distinct_queries == 2
+    with engine.begin() as conn:
+        ids = dict(conn.execute(select(workflow_memory.c.query_fingerprint, workflow_memory.c.id)).all())
+    with engine.begin() as conn:
+        _relabel_id(conn, ids["q2"], "failure")
+    fold(engine)
+    [s] = partition_stats(engine, *TENANTS[0])
+    assert (s.successes, s.failures, s.distinct_queries) == (1, 1, 1)
+    with engine.begin() as conn:
+        _relabel_id(conn, ids["q3"], "success")
+    fold(engine)
+    [s] = partition_stats(engine, *TENANTS[0])
+    assert (s.successes, s.failures, s.unknown, s.distinct_queries) == (2, 1, 0, 2)
+    with engine.connect() as conn:
+        assert partition_stats(engine, *TENANTS[0]) == aggregate_classes(conn, *TENANTS[0])
+
+
+def _relabel_id(conn: Any, run_id: str, outcome: str) -> None:
+    wm = workflow_memory
+    conn.execute(update(wm).where(wm.c.id == run_id).values(outcome=outcome))
+    mark_stale(conn, [(TENANTS[0][0], TENANTS[0][1], HASHES[0])])
 
 
 def test_a_demotion_after_the_fold_resets_the_counts(engine: Engine) -> None:

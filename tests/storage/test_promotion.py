@@ -345,3 +345,22 @@ def test_a_retried_sweep_reports_its_earlier_deprecations_in_the_clean_order(eng
     assert got == [(b, "tool removed: cancel_b"), (c, "tool removed: cancel_c")]
     assert sweep(engine, AGENT, "u1", actor=ACTOR, flow_run_id="run").deprecated == got  # asked again: the same
     assert sweep(engine, AGENT, "u1", actor=ACTOR, flow_run_id="next").deprecated == []  # a new run: nothing
+
+
+def test_a_procedure_served_one_request_is_not_promoted_for_failing_another(engine: Engine) -> None:
+    """Five successes of one request and a declined payment for another: the procedure succeeded on one request,
+    so the distinct-queries gate holds it back (an outside audit found the failed request counted)."""
+    sf = agent(engine, evaluator=payment_accepted)
+    for i in range(6):
+        accepted = i < 5
+        steps = [
+            {"tool": "lookup_order", "arguments": {"order_id": "OR5120Z"}, "result": {"total": 120}},
+            {"tool": "charge_payment", "arguments": {"order_id": "OR5120Z"}, "result": {"accepted": accepted}},
+        ]
+        query = "Please pay for my order" if accepted else "Charge the other order now"
+        result = sf.record_run(query, "one", steps, run_id=f"one-{i}", created_at=utcnow() - timedelta(minutes=9 - i))
+        assert result.stored, result.error
+    report = run_partition(engine, AGENT, "one", sf.config)
+    [gate] = report.gates
+    assert (gate.executions, gate.success_rate, gate.distinct_queries) == (6, 0.8333, 1)
+    assert report.promoted == [] and report.skipped == [(gate.canonical_hash, "distinct_queries 1 < 2")]

@@ -122,7 +122,7 @@ def gated_skills(train: Sequence[Seg], config: PromotionConfig, handoffs: Collec
         stats = ClassStats(
             agent_id="bench", user_id="bench", canonical_hash=k, executions=len(ss), successes=ok,
             failures=len(ss) - ok, unknown=0, success_rate=ok / len(ss),
-            distinct_queries=len({s.query_key for s in ss}), first_seen=now, last_seen=now,
+            distinct_queries=len({s.query_key for s in ss if s.ok}), first_seen=now, last_seen=now,
             tool_sequence=" > ".join(ss[0].procedure),
         )  # fmt: skip
         if evaluate_gates(stats, config, now, live_skill=False, declared=declared, handoffs=handoffs).eligible:
