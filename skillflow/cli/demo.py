@@ -11,6 +11,7 @@ This module composes flows, so it lives in the CLI layer (the domain package nev
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +42,12 @@ DECLINED = "search_direct_flight > book_reservation"
 console = Console(emoji=False)  # every stored value goes through terminal.safe
 
 
+DEMO_SETTINGS = {
+    "SKILLFLOW_PROMOTION__REQUIRE_SHADOW": "true",
+    "SKILLFLOW_PROMOTION__SHADOW_EVALUATION_ENABLED": "true",
+}
+
+
 class Demo:
     def __init__(self, db: str, total_steps: int) -> None:
         self.db = db
@@ -48,6 +55,9 @@ class Demo:
         self.total = total_steps
         self.n = 0
         self.started = time.monotonic()
+        # The walk-through shows the shadow path (a promoted skill waits in SHADOW, is evaluated, then activated):
+        # pinned for this process and the flows it runs, whatever config file the current folder has or lacks.
+        os.environ.update(DEMO_SETTINGS)
         self.config = load_promotion_config()
 
     def step(self, title: str) -> None:
@@ -245,8 +255,9 @@ def run_simulated(db: str) -> None:
         )
     skill = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW,))
     if skill is None:
-        console.print("[red]no cancel-reservation skill was promoted; stopping the demo here[/]")
-        return
+        from skillflow.cli.errors import CliError
+
+        raise CliError("no cancel-reservation skill waits in shadow after the cycle; the demo stops here")
     title = f"{safe(skill.name)} v{skill.version} — {safe(skill.status)}, role {safe(skill.injection_role)}"
     console.print(Panel(Syntax(visible(skill.content, multiline=True), "markdown", word_wrap=True), title=title))
 
