@@ -305,12 +305,39 @@ def migrate(engine: Engine) -> list[str]:
     for mig in MIGRATIONS:
         if mig.version in done:
             continue
-        with engine.begin() as conn:
+        with engine.connect() as conn:
+            # One migrate at a time (two `skillflow migrate` or `deploy` at once): each migration takes the
+            # database's migration lock, then reads again whether another process applied it meanwhile.
+            _lock(conn)
+            if _recorded(conn, mig.version):
+                conn.rollback()
+                continue
             schema_migrations.create(conn, checkfirst=True)
             mig.apply(conn)
             conn.execute(insert(schema_migrations).values(version=mig.version, name=mig.name, applied_at=utcnow()))
+            conn.commit()
         applied_now.append(mig.name)
     return applied_now
+
+
+def _lock(conn: Connection) -> None:
+    """Take the migration lock for this transaction: PostgreSQL's transaction-scoped advisory lock keyed by the
+    schema, SQLite's write lock (``BEGIN IMMEDIATE``; a second migrate waits up to the busy timeout). Oracle
+    commits every DDL statement, so no lock spans a migration there: run one ``migrate`` at a time
+    (docs/guide/oracle.md)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('skillflow.migrate:' || current_schema()))"))
+    elif conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _recorded(conn: Connection, version: int) -> bool:
+    if not inspect(conn).has_table("schema_migrations"):
+        return False
+    return (
+        conn.execute(select(schema_migrations.c.version).where(schema_migrations.c.version == version)).first()
+        is not None
+    )
 
 
 def migrate_database(url: str) -> tuple[list[str], list[str]]:

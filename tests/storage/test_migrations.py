@@ -238,3 +238,44 @@ def test_upgrade_from_007_keeps_runs_and_tools_and_equals_fresh_install(
     assert tuple(row) == (None, None) and flag is None
     with pytest.raises(IntegrityError), raw.begin() as conn:  # the flag is 0, 1 or NULL
         conn.execute(text("UPDATE agent_tools SET changes_state = 2"))
+
+
+@pytest.mark.parametrize("level", [0, 9])
+def test_two_migrates_at_once_both_succeed_and_converge(db_url: str, level: int) -> None:
+    """Two ``skillflow migrate`` (or ``deploy``) at once: one waits for the other and finds everything applied.
+    Before, on PostgreSQL the second failed with a duplicate type or an existing column and told the operator to
+    check that the server runs."""
+    import threading
+
+    seed = make_engine(db_url)
+    if level:
+        build_metadata(level).create_all(seed)
+        with seed.begin() as conn:
+            for m in MIGRATIONS:
+                if m.version <= level:
+                    conn.execute(insert(schema_migrations).values(version=m.version, name=m.name, applied_at=utcnow()))
+    seed.dispose()
+    engines = [make_engine(db_url) for _ in range(2)]
+    barrier = threading.Barrier(2)
+    outcomes: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = migrate(engines[i])
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    try:
+        assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+        pending = [m.name for m in MIGRATIONS if m.version > level]
+        assert sorted(outcomes[0] + outcomes[1]) == sorted(pending)  # each applied once, by one of them
+        assert applied_versions(engines[0]) == {m.version for m in MIGRATIONS}
+    finally:
+        for e in engines:
+            e.dispose()
