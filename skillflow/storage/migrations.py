@@ -245,6 +245,22 @@ def _m014(conn: Connection) -> None:
     conn.execute(text("DELETE FROM class_stats_state"))
 
 
+M015_BACKFILL = (
+    "INSERT INTO agent_handoffs (agent_id, tool_name, declared_at) "
+    "SELECT t.agent_id, t.tool_name, t.registered_at FROM agent_tools t WHERE t.hands_off = 1 "
+    "AND NOT EXISTS (SELECT 1 FROM agent_handoffs h WHERE h.agent_id = t.agent_id AND h.tool_name = t.tool_name)"
+)
+
+
+def _m015(conn: Connection) -> None:
+    """``agent_handoffs``: the tools an agent declared hand-offs, kept apart from ``agent_tools`` so that an agent
+    process of a release before 013 registering its tools again (it rewrites ``agent_tools`` without
+    ``hands_off``) cannot switch the ``handoff`` gate off (docs/guide/promotion.md, "Gates"); backfilled from
+    ``agent_tools.hands_off``. Re-runnable."""
+    build_metadata(15).tables["agent_handoffs"].create(conn, checkfirst=True)
+    conn.execute(text(M015_BACKFILL))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "001_init", _m001),
     Migration(2, "002_add_skill_injection_role", _m002),
@@ -258,6 +274,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "012_add_live_name_key", _m012),
     Migration(13, "013_add_agent_tools_hands_off", _m013),
     Migration(14, "014_recount_distinct_queries", _m014),
+    Migration(15, "015_add_agent_handoffs", _m015),
 )
 
 

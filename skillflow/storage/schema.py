@@ -13,8 +13,9 @@ docs/guide/lifecycle.md, "Edit, history and rollback"), 008 adds ``workflow_memo
 folded runs, kept by the fold: the cycle's listing and cadence read it, docs/guide/aggregate.md), 012 adds
 ``skillbox.live_name_key`` and its unique index (live skill names unique per tenant, docs/design.md), 013 adds
 ``agent_tools.hands_off`` (a declared hand-off tool, docs/guide/promotion.md "Gates"); 014 changes no table (the
-class statistics are recounted: distinct queries count successful runs only), so fresh installs and upgrades follow
-one path.
+class statistics are recounted: distinct queries count successful runs only), 015 adds ``agent_handoffs`` (the
+declared hand-off tools, which an agent of a release before 013 cannot clear by registering its tools again), so
+fresh installs and upgrades follow one path.
 It is the one definition: ``storage.migrations`` compiles each migration's DDL from it, and ``sql/oracle/*.sql``
 mirror it for DBAs (``tests/storage/test_oracle_sql.py`` keeps them in step, both ways, at every level).
 """
@@ -38,7 +39,7 @@ from sqlalchemy import (
 
 from skillflow.storage.types import JSONText, UTCDateTime, Vector
 
-LATEST = 14
+LATEST = 15
 EMBEDDING_DIM = 384
 ID = 64  # identifiers are uuid4 hex or caller-supplied keys up to 64 chars
 TENANT = 255
@@ -345,6 +346,15 @@ def build_metadata(level: int = LATEST) -> MetaData:
         tools.append(Column("hands_off", SmallInteger))
         tools.append(CheckConstraint("hands_off IN (0, 1)", name="hands_off"))
     Table("agent_tools", md, *tools)
+    if level >= 15:  # the agent's declared hand-off tools, kept apart from agent_tools: a release before 013 that
+        # registers the toolbox again rewrites agent_tools without hands_off; it never touches this table
+        Table(
+            "agent_handoffs",
+            md,
+            Column("agent_id", String(TENANT), primary_key=True),
+            Column("tool_name", String(255), primary_key=True),
+            Column("declared_at", UTCDateTime(), nullable=False),
+        )
     return md
 
 
@@ -398,6 +408,7 @@ class_state = metadata.tables["class_state"]
 partition_state = metadata.tables["partition_state"]
 leases = metadata.tables["leases"]
 agent_tools = metadata.tables["agent_tools"]
+agent_handoffs = metadata.tables["agent_handoffs"]
 schema_migrations = metadata.tables["schema_migrations"]
 skill_revisions = metadata.tables["skill_revisions"]
 applicability_rules = metadata.tables["applicability_rules"]

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, fun
 
 from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
-from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
+from skillflow.storage.schema import agent_handoffs, agent_tools, skill_events, skillbox, workflow_memory
 
 RETIRED_STATUSES = (SkillStatus.DEMOTED, SkillStatus.DEPRECATED, SkillStatus.REJECTED)
 ALLOWED: dict[SkillStatus, set[SkillStatus]] = {
@@ -453,6 +453,22 @@ def replace_tools(conn: Connection, agent_id: str, rows: list[dict[str, Any]]) -
     new = [r for r in rows if r["tool_name"] not in have]
     if new:
         conn.execute(insert(agent_tools), new)
+    _replace_handoffs(conn, agent_id, [r for r in rows if r.get("hands_off")])
+
+
+def _replace_handoffs(conn: Connection, agent_id: str, rows: list[dict[str, Any]]) -> None:
+    """Make ``rows`` (hands_off = 1) the agent's declared hand-offs in ``agent_handoffs`` (the same diff)."""
+    h = agent_handoffs.c
+    names = [r["tool_name"] for r in rows]
+    conn.execute(delete(agent_handoffs).where(h.agent_id == agent_id, h.tool_name.not_in(names)))
+    have = set(conn.execute(select(h.tool_name).where(h.agent_id == agent_id)).scalars())
+    new = [
+        {"agent_id": agent_id, "tool_name": r["tool_name"], "declared_at": r["registered_at"]}
+        for r in rows
+        if r["tool_name"] not in have
+    ]
+    if new:
+        conn.execute(insert(agent_handoffs), new)
 
 
 def declared_state_changes(conn: Connection, agent_id: str) -> dict[str, bool]:
@@ -473,6 +489,8 @@ def called_tools(conn: Connection, agent_id: str, user_id: str) -> set[str]:
 
 
 def declared_handoffs(conn: Connection, agent_id: str) -> frozenset[str]:
-    """The agent's tools registered as hand-offs (``Skillflow.register_tools(hands_off=...)``)."""
-    q = select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id, agent_tools.c.hands_off == 1)
-    return frozenset(str(name) for (name,) in conn.execute(q))
+    """The agent's tools registered as hand-offs (``Skillflow.register_tools(hands_off=...)``): those
+    ``agent_handoffs`` keeps, and any ``agent_tools`` marks (a row written before migration 015's backfill)."""
+    kept = select(agent_handoffs.c.tool_name).where(agent_handoffs.c.agent_id == agent_id)
+    marked = select(agent_tools.c.tool_name).where(agent_tools.c.agent_id == agent_id, agent_tools.c.hands_off == 1)
+    return frozenset(str(name) for (name,) in conn.execute(kept.union(marked)))

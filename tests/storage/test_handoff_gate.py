@@ -71,3 +71,30 @@ def test_a_handoff_must_be_registered_and_cannot_be_declared_read_only(engine: E
         sf.register_tools(
             TOOLS, state_changing={"transfer_to_human_agents": False}, hands_off=["transfer_to_human_agents"]
         )
+
+
+def _register_as_a_release_before_013(engine: Engine) -> None:
+    """What an agent process of a release before migration 013 writes when it registers its tools: every row of
+    the agent deleted and inserted again, without ``hands_off`` (its schema has no such column)."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import delete, insert
+
+    with engine.begin() as conn:
+        conn.execute(delete(agent_tools).where(agent_tools.c.agent_id == "a1"))
+        now = datetime.now(UTC)
+        conn.execute(insert(agent_tools), [{"agent_id": "a1", "tool_name": t, "registered_at": now} for t in TOOLS])
+
+
+def test_an_older_agent_registering_its_tools_again_keeps_the_handoff_gate(engine: Engine) -> None:
+    """During a rolling upgrade an agent process still on a release before 013 registers its tools at start-up;
+    before, that cleared the declaration and the next cycle promoted the hand-off class."""
+    _seed(engine, ["transfer_to_human_agents"])
+    _register_as_a_release_before_013(engine)
+    assert _table(engine) == {"handoff": (False, HANDOFF_CLASS), "cancel": (True, None)}
+    # A current registration without the declaration is the agent's own choice: the gate follows it.
+    Skillflow(agent_id="a1", engine=engine, config=CONFIG).register_tools(TOOLS)
+    assert _table(engine)["handoff"] == (True, None)
+    Skillflow(agent_id="a1", engine=engine, config=CONFIG).register_tools(TOOLS, hands_off=["transfer_to_human_agents"])
+    _register_as_a_release_before_013(engine)
+    assert _table(engine)["handoff"] == (False, HANDOFF_CLASS)

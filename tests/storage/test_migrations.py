@@ -279,3 +279,34 @@ def test_two_migrates_at_once_both_succeed_and_converge(db_url: str, level: int)
     finally:
         for e in engines:
             e.dispose()
+
+
+def test_015_backfills_the_declared_handoffs_and_runs_again(db_url: str) -> None:
+    from skillflow.storage.schema import agent_handoffs, agent_tools
+    from skillflow.storage.skills import declared_handoffs
+
+    engine = make_engine(db_url)
+    try:
+        build_metadata(14).create_all(engine)
+        with engine.begin() as conn:
+            for m in MIGRATIONS:
+                if m.version <= 14:
+                    conn.execute(insert(schema_migrations).values(version=m.version, name=m.name, applied_at=utcnow()))
+            conn.execute(
+                insert(build_metadata(14).tables["agent_tools"]),
+                [{"agent_id": "a", "tool_name": t, "registered_at": utcnow(), "hands_off": flag}
+                 for t, flag in (("transfer", 1), ("lookup", 0), ("legacy", None))],
+            )  # fmt: skip
+        assert migrate(engine) == ["015_add_agent_handoffs"]
+        with engine.begin() as conn:
+            assert set(conn.execute(select(agent_handoffs.c.agent_id, agent_handoffs.c.tool_name)).all()) == {
+                ("a", "transfer")
+            }
+            conn.execute(agent_tools.update().values(hands_off=None))  # an older release rewrote the toolbox
+            assert declared_handoffs(conn, "a") == frozenset({"transfer"})
+            from skillflow.storage import migrations
+
+            migrations._m015(conn)  # again: nothing doubled
+            assert conn.execute(select(func.count()).select_from(agent_handoffs)).scalar() == 1
+    finally:
+        engine.dispose()
