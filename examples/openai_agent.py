@@ -7,6 +7,11 @@ The agent keeps its own conversation (``messages``: user, assistant and tool mes
 framing) and asks ``prepare`` before each model call with the conversation so far: the tenant's fitted rule
 then sees the earlier requests and the calls already made, and injects the skill whose procedure continues
 them — typically just before the state-changing call — or nothing (docs/guide/runtime.md).
+
+What ran is recorded however the loop ends: a provider error mid-loop (after tools already ran, writes
+included) still records the conversation so far, then reaches the caller. The model's learned-skill tool calls
+go through ``sf.skill_tool``, which answers ``{"error": ...}`` instead of raising when the database is down or
+stalls, within the capture bound (docs/guide/runtime.md, "Learned-skill tools").
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from openai import OpenAI
 
 from skillflow.capture.segments import segment_conversation
 from skillflow.injection.conversation import Conversation
-from skillflow.injection.skill_tools import OPENAI_TOOLS, TOOL_NAMES, dispatch
+from skillflow.injection.skill_tools import OPENAI_TOOLS, TOOL_NAMES
 from skillflow.runtime import Prepared, Skillflow
 
 
@@ -55,32 +60,43 @@ def run_agent(sf: Skillflow, client: OpenAI, query: str, user_id: str, model: st
     messages: list[dict[str, Any]] = [{"role": "user", "content": query}]
     injected: dict[int, set[str]] = {}  # procedure (segment) index -> skills rendered while it was open
     answer = ""
-    for _ in range(8):
-        prepared, request = request_for(sf, messages, user_id)  # before EVERY model call
-        segment = len(segment_conversation(procedure_only(messages), complete=False))
-        injected.setdefault(segment, set()).update(prepared.skill_ids)
-        reply = client.chat.completions.create(model=model, messages=request, tools=SCHEMAS + OPENAI_TOOLS)
-        message = reply.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
-        answer = message.content or ""
-        if not message.tool_calls:
-            break
-        for call in message.tool_calls:
-            name, args = call.function.name, json.loads(call.function.arguments or "{}")
-            if name in TOOL_NAMES:  # reading a skill is not part of the procedure
-                result = dispatch(name, args, engine=sf.engine, agent_id=sf.agent_id, user_id=user_id)
-            else:
-                try:
-                    result = TOOLS[name](**args)
-                except Exception as exc:  # noqa: BLE001 - a tool error is reported to the model and recorded
-                    result = {"error": str(exc)}
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
-    # One run per procedure, each stamped with exactly the ACTIVE skills rendered while it was open. Reading a
-    # skill is not part of the procedure: those calls are left out of what is recorded.
-    sf.record_conversation(
-        procedure_only(messages), user_id, conversation_id=uuid.uuid4().hex, skills_activated=injected
-    )
+    try:
+        for _ in range(8):
+            prepared, request = request_for(sf, messages, user_id)  # before EVERY model call
+            segment = len(segment_conversation(procedure_only(messages), complete=False))
+            injected.setdefault(segment, set()).update(prepared.skill_ids)
+            reply = client.chat.completions.create(model=model, messages=request, tools=SCHEMAS + OPENAI_TOOLS)
+            message = reply.choices[0].message
+            messages.append(message.model_dump(exclude_none=True))
+            answer = message.content or ""
+            if not message.tool_calls:
+                break
+            for call in message.tool_calls:
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": json.dumps(run_tool(sf, call, user_id))}
+                )
+    finally:
+        # However the loop ended (an answer, the turn limit, or a provider error after tools already ran), the
+        # conversation is over: one run per procedure, each stamped with exactly the ACTIVE skills rendered while
+        # it was open. Reading a skill is not part of the procedure: those calls are left out of what is recorded.
+        # record_conversation never raises, so a provider error still reaches the caller unchanged.
+        sf.record_conversation(
+            procedure_only(messages), user_id, conversation_id=uuid.uuid4().hex, skills_activated=injected
+        )
     return answer
+
+
+def run_tool(sf: Skillflow, call: Any, user_id: str) -> Any:
+    """One tool call's result for the model: a tool error (arguments that are not JSON included) is reported to the
+    model and recorded; a learned-skill tool answers ``{"error": ...}`` when the skills cannot be read."""
+    name = call.function.name
+    try:
+        args = json.loads(call.function.arguments or "{}")
+        if name in TOOL_NAMES:  # reading a skill is not part of the procedure
+            return sf.skill_tool(name, args, user_id)
+        return TOOLS[name](**args)
+    except Exception as exc:  # noqa: BLE001 - a tool error is reported to the model and recorded
+        return {"error": str(exc)}
 
 
 def procedure_only(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

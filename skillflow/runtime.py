@@ -12,6 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,9 +21,10 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from skillflow.capture import spool
-from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator
+from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator, check_evaluator
 from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, normalize_tenant, write_run
 from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
 from skillflow.injection.conversation import Conversation
@@ -34,11 +36,16 @@ from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
 from skillflow.kernel.errors import InputError, WeightsNotInstalled
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
-from skillflow.storage.engine import capture_engine, deadline, set_statement_timeout
+from skillflow.storage.engine import Budget, Deadline, capture_engine, deadline, set_statement_timeout
 from skillflow.storage.migrations import SchemaNewer, require_current
 from skillflow.storage.schema import workflow_memory
 
 log = logging.getLogger("skillflow.runtime")
+
+# The database did not answer within the bound: a statement aborted by the deadline (OperationalError), or no
+# pool slot, or no time left, within it (sqlalchemy.exc.TimeoutError). Either spools the run and opens the breaker
+# (docs/guide/runtime.md, "The spool, and when the database does not answer").
+NOT_ANSWERING = (OperationalError, PoolTimeout)
 
 
 def _flag(value: Any) -> bool | None:
@@ -122,6 +129,7 @@ class Skillflow:
     _unwritten_tools: tuple[str, list[dict[str, Any]]] | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
+        check_evaluator(self.workflow_outcome_evaluator)  # setup time: an async one would never be awaited
         enabled = continual_learning_default() if self.continual_learning is None else self.continual_learning
         self.options = LearningOptions(
             continual_learning=enabled,
@@ -134,6 +142,7 @@ class Skillflow:
             self.spool_dir = Path(self.spool_dir)  # a str spooled nothing: the run of an outage was lost
         else:
             raise TypeError("spool_dir must be a path (str or os.PathLike)")
+        self.spool_dir = spool.absolute_folder(self.spool_dir)  # once: a later chdir moves no spooled run
         self.config = self.config or load_promotion_config()
         settings = get_settings()
         self._timeout = settings.capture_timeout_seconds
@@ -146,7 +155,7 @@ class Skillflow:
                 require_current(self.engine)
         except SchemaNewer as exc:  # capture and prepare go on (learning never stops the agent); the pipeline refuses
             log.warning("%s; capture and prepare go on meanwhile", exc)
-        except OperationalError:
+        except NOT_ANSWERING:
             log.warning("database unreachable at start-up: runs spool until it is back")
             self._went_down()
 
@@ -231,14 +240,19 @@ class Skillflow:
         outcome: bool | str | WorkflowOutcome | None = None,
         strict: bool = False,
     ) -> list[CaptureResult]:
-        """Store a conversation (OpenAI chat messages) as one run per procedure; one result per segment.
+        """Store a conversation as one run per procedure; one result per segment.
+
+        ``messages`` are OpenAI chat messages or Anthropic Messages API ones (``tool_use`` / ``tool_result``
+        content blocks), which store the same runs; tool use in a form neither has is refused, naming the position.
 
         Segments (:func:`skillflow.capture.segments.segment_conversation`) are anchored on state-changing
         calls, as declared by :meth:`register_tools` or by the tool-name verb rule. Run ids are deterministic
         per (agent, user, conversation, segment), so recording the same conversation again converges;
         ``complete=False`` leaves out the open tail of a conversation still going on. ``skills_activated``
         maps a segment index to the skill ids ``prepare`` injected for that procedure. Never raises unless
-        ``strict``: unreadable input gives one result with ``error`` naming the position, never a value.
+        ``strict``: unreadable input gives one result with ``error`` naming the position, never a value. One call
+        reads at most ``MAX_MESSAGES`` (5 000) messages: of a longer conversation the procedures closed within them
+        are stored and one more result's ``error`` names the rest (``strict`` raises it after storing them).
 
         The conversation's business outcome is each procedure's (a failed execution stays a failure):
         ``outcome`` when given, else the ``workflow_outcome_evaluator`` run once over the whole conversation
@@ -248,7 +262,7 @@ class Skillflow:
         from skillflow.capture.conversation import conversation_outcome
         from skillflow.capture.outcome import given_outcome
         from skillflow.capture.record import normalize_conversation_id
-        from skillflow.capture.segments import segment_conversation, segment_run_id
+        from skillflow.capture.segments import ConversationError, segment_conversation, segment_run_id, too_long
 
         if not self.options.workflow_memory:
             return [CaptureResult("", False, error="workflow memory is disabled for this agent")]
@@ -264,6 +278,7 @@ class Skillflow:
                 raise RunValidationError("conversation_id must be a non-empty string")
             given = given_outcome(outcome)
             segments = segment_conversation(messages, self._declared_tools(), complete=whole)
+            unread = too_long(messages)  # past the messages one call reads: named below, never dropped silently
             activated = _segment_skills(skills_activated)
         except Exception as exc:
             if strict:
@@ -292,22 +307,33 @@ class Skillflow:
                 "segment_index": seg.index,
             }
             results.append(self.record(raw, strict=strict, conversation=verdict))
+        if unread is not None:
+            log.warning("conversation cut: %s", unread)
+            if strict:
+                raise ConversationError(unread)
+            results.append(CaptureResult("", False, error=unread))
         return results
 
-    def _declared_tools(self) -> dict[str, bool] | None:
+    def _declared_tools(self, budget: Budget | None = None) -> dict[str, bool] | None:
         """The agent's declared state-changing flags; while the database is unreachable the last ones this handle
-        read or registered (None before any: the verb rule)."""
+        read or registered (None before any: the verb rule). ``budget``: the bound shared with the caller's other
+        units (``prepare``'s skill read); by default the capture bound."""
         from skillflow.storage.skills import declared_state_changes
 
         assert self.engine is not None
-        if self._down() or not self._write_tools():  # a registration not written yet is what this handle declared
+        if self._down() or not self._write_tools(budget=budget):  # a registration not written yet is what was declared
             return self._declared
         try:
-            with deadline(self.engine, self._timeout), self.engine.connect() as conn:
+            with self._bound(budget), self.engine.connect() as conn:
                 self._declared = declared_state_changes(conn, self.agent_id)
-        except OperationalError:
+        except NOT_ANSWERING:
             self._went_down()
         return self._declared
+
+    def _bound(self, budget: Budget | None = None) -> AbstractContextManager[Deadline]:
+        """One unit of database work under the capture bound, or under what ``budget`` has left."""
+        assert self.engine is not None
+        return deadline(self.engine, self._timeout) if budget is None else budget.unit()
 
     def record(
         self,
@@ -341,7 +367,7 @@ class Skillflow:
             if path is not None:  # a run that could not be spooled was logged as such by _spool
                 log.debug("database down; run %s spooled", normalized.run_id)
             return CaptureResult(normalized.run_id or "", False, error=type(exc).__name__, spooled=path is not None)
-        except OperationalError as exc:
+        except NOT_ANSWERING as exc:  # a statement aborted, or no pool slot, within the bound
             self._went_down()
             path = self._spool(normalized, conversation)
             log.warning("database unavailable (%s); run %s spooled", type(exc).__name__, normalized.run_id)
@@ -380,8 +406,9 @@ class Skillflow:
             log.error("run %s could not be spooled: %s", run.run_id, type(exc).__name__)
             return None
 
-    def replay_spool(self) -> int:
-        """Store this agent's spooled runs (idempotent on run id); returns how many runs this call stored.
+    def replay_spool(self) -> spool.ReplayResult:
+        """Store this agent's spooled runs (idempotent on run id); returns how many runs this call stored (an
+        ``int``, :class:`skillflow.capture.spool.ReplayResult`, with the other files counted beside).
 
         A run whose row is already there is not counted: another replay of the same spool (another agent
         process) stored it, or a replay killed after its write and before it removed the file. Its file is
@@ -392,11 +419,28 @@ class Skillflow:
         ``bad/`` in the spool folder and the replay goes on. While the database is still unreachable the
         replay stops and keeps the remaining files for the next one. It tries the database even while the
         breaker is open (an explicit call), and its result opens or closes the breaker.
+
+        Runs spooled under one run id are replayed in the order they were spooled, as a direct write of the same
+        calls would have stored them: the first is stored, a later one of the same user is ``already_stored``
+        (counted as such, its file removed) and one of another user is refused (quarantined, logged). A file
+        kept for the next replay holds back the later files of its run id. Temporary files of spool writes cut
+        short (a process killed while writing) are removed once certainly abandoned (docs/guide/runtime.md,
+        "The spool, and when the database does not answer").
         """
         assert self.spool_dir is not None
-        stored = quarantined = 0
+        stored = already = quarantined = 0
+        removed = spool.remove_abandoned(self.spool_dir)
+        if removed:
+            log.warning(
+                "spool replay: removed %d abandoned temporary file(s) of spool writes cut short (older than %.0f s)",
+                removed,
+                spool.ABANDONED_AFTER_SECONDS,
+            )
         self._write_tools(always=True)
+        held: set[str] = set()  # run ids with a file kept for the next replay: their later files wait behind it
         for path in spool.pending(self.spool_dir):
+            if spool.group(path) in held:
+                continue
             try:
                 doc = spool.read_spooled(path)
             except FileNotFoundError:  # another process replayed it meanwhile
@@ -414,23 +458,33 @@ class Skillflow:
                 quarantined += spool.quarantine(path) is not None
                 log.warning("spool file %s quarantined: %s", path.name, exc)
                 continue
-            except OperationalError:
+            except NOT_ANSWERING:
                 self._went_down()
                 log.warning("database still unavailable: %d spooled run(s) kept", len(spool.pending(self.spool_dir)))
                 break
             except Exception as exc:  # noqa: BLE001 - kept for the next replay (a retry converges on run id)
+                held.add(spool.group(path))
                 log.error("spool file %s not replayed: %s", path.name, type(exc).__name__)
                 continue
             self._came_up()
             if result.stored:
                 path.unlink(missing_ok=True)
                 stored += not result.already_stored
+                already += result.already_stored
             else:  # refused for good (a run id of another tenant): keep it for inspection, never retry
                 quarantined += spool.quarantine(path) is not None
                 log.warning("spool file %s quarantined: %s", path.name, result.error)
         if quarantined:
-            log.warning("spool replay: %d stored, %d quarantined in %s/", stored, quarantined, spool.QUARANTINE)
-        return stored
+            log.warning(
+                "spool replay: %d stored, %d already stored, %d quarantined in %s/",
+                stored,
+                already,
+                quarantined,
+                spool.QUARANTINE,
+            )
+        elif already:
+            log.info("spool replay: %d stored, %d already stored (their run ids' rows were there)", stored, already)
+        return spool.ReplayResult(stored, already_stored=already, quarantined=quarantined, removed_temporary=removed)
 
     def _store(self, run: RunInput, conversation: ConversationOutcome | None) -> CaptureResult:
         """:meth:`_write`, converging with a concurrent write of the same run id (another thread or process
@@ -478,7 +532,10 @@ class Skillflow:
         assert self.engine is not None and self.config is not None
         engine = self.engine
         self._check_up()
-        declared = self._declared_tools() if conversation is not None and conversation.calls else None
+        # One bound for the whole read, shared by its units (docs/guide/runtime.md, "When prepare degrades"): a
+        # database that answers each unit in time but slowly costs the model call one bound, not one per unit.
+        budget = Budget(engine, self._timeout)
+        declared = self._declared_tools(budget) if conversation is not None and conversation.calls else None
         self._check_up()  # the declared flags' read may have found the database down
         try:
             selection = select_skills(
@@ -491,9 +548,9 @@ class Skillflow:
                 conversation=conversation,
                 form=redact_query,
                 changes_state=lambda tool: changes_state(tool, declared or None),
-                bound=lambda: deadline(engine, self._timeout),
+                bound=budget.unit,
             )
-        except OperationalError:
+        except NOT_ANSWERING:
             self._went_down()
             raise
         self._came_up()
@@ -582,6 +639,37 @@ class Skillflow:
             reason=reason,
         )
 
+    def skill_tool(self, tool_name: str, arguments: Mapping[str, Any] | str | None, user_id: str) -> Any:
+        """Answer a model's call of a learned-skill tool (``list_skills`` / ``read_skill``) for this agent and
+        ``user_id``: :func:`skillflow.injection.skill_tools.dispatch` with this handle's bound and breaker.
+
+        Never raises into the agent for the call's arguments or a database problem: a missing skill, arguments it
+        cannot use, and skills that cannot be read are ``{"error": ...}`` answers for the model, the latter
+        ``skills could not be read (<ErrorClass>)`` as in ``Prepared.error``. The read is bounded like
+        ``prepare``'s (``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS``); a database that did not answer opens the breaker,
+        and while it is open the answer is ``skills could not be read (DatabaseDown)`` at once, without a
+        connection attempt (docs/guide/runtime.md, "Learned-skill tools"). Only a ``tool_name`` that is not a
+        skill tool raises ``ValueError``."""
+        from skillflow.injection.skill_tools import SkillNotAvailable, SkillsUnreadable, answer, tool_request
+
+        assert self.engine is not None
+        request = tool_request(tool_name, arguments)
+        if isinstance(request, dict):
+            return request
+        if self._down():
+            return {"error": str(SkillsUnreadable(DatabaseDown.__name__))}
+        try:
+            result = answer(request, self.engine, self.agent_id, user_id, self._timeout)
+        except SkillsUnreadable as exc:
+            if isinstance(exc.__cause__, NOT_ANSWERING):
+                self._went_down()
+            log.warning("skill tool %s could not read the skills (%s)", request[0], exc.error_class)
+            return {"error": str(exc)}
+        except SkillNotAvailable as exc:
+            result = {"error": str(exc)}
+        self._came_up()
+        return result
+
     def retrieve_workflows_by_query(
         self, query: str, user_id: str, k: int = 5, *, exclude_promoted: bool = True, candidates: int = 200
     ) -> list[dict[str, Any]]:
@@ -661,10 +749,11 @@ class Skillflow:
         self._unwritten_tools = (agent, rows)
         return self._write_tools()
 
-    def _write_tools(self, *, always: bool = False) -> bool:
+    def _write_tools(self, *, always: bool = False, budget: Budget | None = None) -> bool:
         """Write the registration :meth:`register_tools` kept; True when none is left unwritten.
 
-        Bounded like a capture; while the breaker is open it is not tried unless ``always``."""
+        Bounded like a capture (or by ``budget``, shared with the caller's other units); while the breaker is open
+        it is not tried unless ``always``."""
         if self._unwritten_tools is None:
             return True
         if self._down() and not always:
@@ -675,15 +764,15 @@ class Skillflow:
         agent, rows = self._unwritten_tools
         for attempt in (1, 2, 3):  # another process inserted a tool first: written again, it finds the row
             try:
-                with deadline(self.engine, self._timeout), self.engine.begin() as conn:
-                    set_statement_timeout(conn, self._timeout)
+                with self._bound(budget) as bound, self.engine.begin() as conn:
+                    set_statement_timeout(conn, bound.remaining())
                     replace_tools(conn, agent, rows)
                 break
             except IntegrityError:
                 if attempt == 3:
                     log.error("tool registration not written: IntegrityError; kept for the next capture")
                     return False
-            except OperationalError as exc:
+            except NOT_ANSWERING as exc:
                 self._went_down()
                 log.warning(
                     "database unavailable (%s): the tool registration is kept until it is back", type(exc).__name__

@@ -1,7 +1,8 @@
 """A recorded conversation's business outcome: the evaluator's verdict over the whole conversation.
 
 The evaluator sees the conversation as one :class:`~skillflow.capture.outcome.Workflow`: ``id`` is the
-conversation id, ``query`` every user message joined with ``"\\n"``, ``steps`` every call of every procedure
+conversation id, ``query`` every user message joined with ``"\\n"`` (an Anthropic user message's text blocks,
+not its ``tool_result`` blocks), ``steps`` every call of every procedure
 in order (normalized as capture stores them), ``outcome`` the execution outcome of all of them (a failure
 when any call failed for good), ``canonical_hash`` ``None`` (a conversation is not one procedure) and the
 conversation's ``metadata``. Its verdict is the outcome of each procedure (docs/guide/runtime.md,
@@ -18,7 +19,7 @@ from skillflow.capture.record import normalize_run
 from skillflow.capture.segments import Segment
 from skillflow.kernel import canonical
 from skillflow.kernel.config import PromotionConfig
-from skillflow.kernel.messages import message_text
+from skillflow.kernel.messages import chat_messages, message_text
 from skillflow.kernel.models import WorkflowOutcome
 
 
@@ -38,7 +39,10 @@ def conversation_workflow(
         for seg in segments
     ]
     steps = tuple(step for run in runs for step in run.steps)
-    query = "\n".join(message_text(m.get("content")) for m in messages if m.get("role") == "user")
+    chat = [m for _, m in chat_messages(messages, strict=False)]  # either format, as segmentation read it
+    query = "\n".join(
+        message_text(m.get("content")) for m in chat if isinstance(m, Mapping) and m.get("role") == "user"
+    )
     executed = canonical.execution_succeeded(canonical.signature(steps, config.noop_tools), None)
     return Workflow(
         id=conversation_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,42 @@ class Workflow:
 
 Evaluator = Callable[[Workflow], Any]
 
+# The learning failure of an evaluator that returned an awaitable (an ``async def`` one): nothing awaits it.
+AWAITABLE = "evaluator failed: it returned an awaitable (workflow_outcome_evaluator must be a sync function)"
+
+
+class AwaitableAnswer(TypeError):
+    """The evaluator returned an awaitable: it was closed, never awaited (docs/guide/runtime.md)."""
+
+
+def check_evaluator(evaluator: Any) -> None:
+    """Refuse, where the handle is made, an evaluator capture cannot call: not callable, or ``async`` (an ``async
+    def`` function, a callable whose ``__call__`` is one, an async generator function), whose answer nothing would
+    await, so every run would be ``unknown``. ``TypeError`` naming the parameter; ``None`` is no evaluator."""
+    if evaluator is None:
+        return
+    if not callable(evaluator):
+        raise TypeError("workflow_outcome_evaluator must be a sync function (a callable taking the Workflow)")
+    call = getattr(type(evaluator), "__call__", None)  # noqa: B004 - the class's method: an async __call__
+    if any(inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f) for f in (evaluator, call) if f is not None):
+        raise TypeError(
+            "workflow_outcome_evaluator must be a sync function: an async one is never awaited by capture "
+            "(run the async check yourself and pass record_conversation(outcome=...), or wrap it in a sync function)"
+        )
+
+
+def _ask(evaluator: Evaluator, workflow: Workflow) -> Any:
+    """The evaluator's answer. An awaitable is closed (a coroutine never started then warns nothing) and refused
+    with :class:`AwaitableAnswer`: capture runs in the agent's thread and awaits nothing."""
+    answer = evaluator(workflow)
+    if inspect.isawaitable(answer):
+        close = getattr(answer, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):  # closing is a courtesy; the run is unknown either way
+                close()
+        raise AwaitableAnswer(AWAITABLE)
+    return answer
+
 
 @dataclass(frozen=True)
 class Resolution:
@@ -70,13 +108,17 @@ def resolve_outcome(workflow: Workflow, evaluator: Evaluator | None) -> Resoluti
     does (raises, returns garbage, says success), so failed runs always count in the success rate. Only on
     a successful execution can the evaluator decide; an exception or an unsupported return value there
     records a learning failure: outcome ``unknown`` (it counts toward no rate; the ``max_unknown_share``
-    gate bounds it) and the error class, never the error text.
+    gate bounds it) and the error class, never the error text. An evaluator that returns an awaitable (an
+    ``async def`` one set after construction) is a learning failure too, named :data:`AWAITABLE`; the awaitable
+    is closed, never awaited.
     """
     execution = workflow.outcome
     if evaluator is None or execution is WorkflowOutcome.FAILURE:
         return Resolution(execution, "execution")
     try:
-        verdict = _coerce(evaluator(workflow))
+        verdict = _coerce(_ask(evaluator, workflow))
+    except AwaitableAnswer:
+        return Resolution(WorkflowOutcome.UNKNOWN, "learning_failure", AWAITABLE)
     except Exception as exc:  # noqa: BLE001 - a user callback must never break the agent's run
         return Resolution(WorkflowOutcome.UNKNOWN, "learning_failure", f"evaluator failed: {type(exc).__name__}")
     if verdict is None:
@@ -144,7 +186,9 @@ def evaluate_conversation(workflow: Workflow, evaluator: Evaluator) -> Conversat
     that executed. An exception or an answer outside the contract is a learning failure (``unknown``).
     """
     try:
-        verdict = _coerce(evaluator(workflow))
+        verdict = _coerce(_ask(evaluator, workflow))
+    except AwaitableAnswer:
+        return ConversationOutcome(WorkflowOutcome.UNKNOWN, "learning_failure", AWAITABLE)
     except Exception as exc:  # noqa: BLE001 - a user callback must never break the agent's run
         return ConversationOutcome(
             WorkflowOutcome.UNKNOWN, "learning_failure", f"evaluator failed: {type(exc).__name__}"

@@ -41,6 +41,9 @@ class CaptureResult:
     error: str | None = None
     spooled: bool = False
     already_stored: bool = False  # the run id's row was there already: this call wrote nothing (a retried capture)
+    # Why the outcome is ``unknown`` when the evaluator failed (``learning_error`` of the row: the error's class, or
+    # that it returned an awaitable); None otherwise. The run is stored all the same (docs/guide/runtime.md).
+    learning_error: str | None = None
 
 
 def clean_text(value: str) -> str:
@@ -436,4 +439,6 @@ def write_run(
                 for sid in active_ids
             ],
         )
-    return CaptureResult(run.run_id, True, chash, resolution.outcome.value, stamp, active_ids)
+    return CaptureResult(
+        run.run_id, True, chash, resolution.outcome.value, stamp, active_ids, learning_error=resolution.learning_error
+    )

@@ -1,4 +1,8 @@
-"""A conversation (OpenAI chat messages) → procedures anchored on state-changing calls (docs/guide/runtime.md).
+"""A conversation → procedures anchored on state-changing calls (docs/guide/runtime.md, "Conversations").
+
+The conversation is OpenAI chat messages or Anthropic Messages API content blocks (``tool_use`` / ``tool_result``),
+read as the OpenAI messages they stand for (:func:`skillflow.kernel.messages.chat_messages`): one conversation
+gives the same procedures in either form, and tool use in a form neither has is refused, naming the position.
 
 A segment is every tool call since the previous state-changing call up to and including the next one, across
 user turns; its query is the user messages since the previous segment closed, up to that call, one a line
@@ -7,18 +11,23 @@ keeps where each message starts). A failed write the agent retries with the same
 skipped) does not close the segment: the retry does. Calls after the last write form one ``read-only``
 segment whose query is the user messages before its last call; a conversation without a tool call has no
 segment.
+
+One call reads at most ``MAX_MESSAGES`` messages (the bound on its work): of a longer conversation, the procedures
+closed within its first ``MAX_MESSAGES`` messages, read as a conversation still going on (:func:`too_long` names
+the rest).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from skillflow.kernel.errors import InputError
-from skillflow.kernel.messages import blank, message_line, message_text
+from skillflow.kernel.messages import UnreadableMessage, blank, chat_messages, message_line, message_text
 from skillflow.kernel.models import Step
 from skillflow.kernel.state import NOOP_TOOLS, READ_VERBS, WRITE_VERBS, changes_state, verb
 
@@ -33,6 +42,7 @@ __all__ = [
     "changes_state",
     "segment_conversation",
     "segment_run_id",
+    "too_long",
     "verb",
 ]
 
@@ -40,7 +50,7 @@ READ_ONLY = "read-only"
 RUN_PREFIX = "conv-"  # segment_run_id's ids: record_run refuses a caller's run id that starts with it
 NO_RESULT = "no tool result recorded"
 ERROR_PREFIX = "Error"
-MAX_MESSAGES = 5000
+MAX_MESSAGES = 5000  # the messages one call reads (docs/guide/runtime.md, "Conversations")
 
 
 class ConversationError(InputError):
@@ -90,10 +100,11 @@ def _result(message: Mapping[str, Any] | None) -> tuple[Any, str | None, str | N
     return content, None, None
 
 
-def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
-    """Ordered events: ``("user", i, text)`` and ``("call", i, Step)``, each call paired with its tool message."""
+def _calls(chat: list[tuple[int, Any]]) -> list[tuple[str, int, Any]]:
+    """Ordered events: ``("user", i, text)`` and ``("call", i, Step)``, each call paired with its tool message;
+    ``chat`` is the conversation in OpenAI form, each message with its position in the caller's list."""
     events: list[tuple[str, int, Any]] = []
-    for i, message in enumerate(messages):
+    for k, (i, message) in enumerate(chat):
         if not isinstance(message, Mapping):
             raise ConversationError(f"messages[{i}] must be a mapping")
         role = message.get("role")
@@ -108,7 +119,7 @@ def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
         if not isinstance(calls, Sequence) or isinstance(calls, str | bytes):
             raise ConversationError(f"messages[{i}].tool_calls must be a list")
         replies: list[Mapping[str, Any]] = []
-        for later in messages[i + 1 :]:
+        for _, later in _after(chat, k):
             if not isinstance(later, Mapping) or later.get("role") != "tool":
                 break
             replies.append(later)
@@ -129,6 +140,23 @@ def _calls(messages: Sequence[Any]) -> list[tuple[str, int, Any]]:
     return events
 
 
+def _after(chat: list[tuple[int, Any]], k: int) -> Iterator[tuple[int, Any]]:
+    """The messages after the ``k``-th, read one by one (a slice would copy the rest of the conversation for every
+    assistant message: quadratic in its length)."""
+    for n in range(k + 1, len(chat)):
+        yield chat[n]
+
+
+def too_long(messages: Sequence[Any]) -> str | None:
+    """The refusal of what :func:`segment_conversation` does not read: messages past the first ``MAX_MESSAGES``."""
+    if len(messages) <= MAX_MESSAGES:
+        return None
+    return (
+        f"a conversation is read up to its first {MAX_MESSAGES} messages: the procedures not closed within them "
+        "were not stored"
+    )
+
+
 def segment_conversation(
     messages: Sequence[Mapping[str, Any]], declared: Mapping[str, bool] | None = None, *, complete: bool = True
 ) -> list[Segment]:
@@ -137,14 +165,33 @@ def segment_conversation(
     ``declared`` maps tool names to whether they change state (else the verb rule of
     :func:`skillflow.kernel.state.changes_state`). With ``complete=False`` (a conversation still going on) the
     open tail is left out: the trailing read-only calls, and a failed last write the agent may still retry.
-    Raises :class:`ConversationError` on input it cannot read.
+    Of a conversation longer than ``MAX_MESSAGES``, its first ``MAX_MESSAGES`` messages are read, as one still
+    going on (:func:`too_long`). Raises :class:`ConversationError` on input it cannot read, tool use in a form
+    not read included.
     """
     if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
         raise ConversationError("messages must be a list of chat messages")
-    if len(messages) > MAX_MESSAGES:
-        raise ConversationError(f"a conversation holds at most {MAX_MESSAGES} messages")
-    events = _calls(messages)
+    if too_long(messages) is not None:
+        messages = list(itertools.islice(messages, MAX_MESSAGES))
+        complete = False  # the conversation goes on past what is read
+    try:
+        chat = chat_messages(messages)
+    except UnreadableMessage as exc:
+        raise ConversationError(str(exc)) from None
+    events = _calls(chat)
     calls_only = [e[2] for e in events if e[0] == "call"]
+    if not calls_only:
+        orphan = next((i for i, m in chat if isinstance(m, Mapping) and m.get("role") == "tool"), None)
+        if orphan is not None:  # results of calls kept where neither format keeps them: never "no tool call"
+            raise ConversationError(
+                f"messages[{orphan}] is a tool result, but no tool call was read (calls are read from an assistant's "
+                "tool_calls, or its tool_use content blocks)"
+            )
+    # The tool of the first call at or after each position that is not a no-op (what a failed write is retried with).
+    upcoming: list[str | None] = [None] * (len(calls_only) + 1)
+    for n in range(len(calls_only) - 1, -1, -1):
+        tool = calls_only[n].tool
+        upcoming[n] = upcoming[n + 1] if tool in NOOP_TOOLS else tool
     segments: list[Segment] = []
     steps: list[Step] = []
     queries: list[str] = []
@@ -161,10 +208,10 @@ def segment_conversation(
         users_at_last_call = len(queries)
         if not changes_state(step.tool, declared):
             continue
-        following = [s for s in calls_only[seen_calls:] if s.tool not in NOOP_TOOLS]
-        if step.errored and following and following[0].tool == step.tool:
+        following = upcoming[seen_calls]
+        if step.errored and following == step.tool:
             continue  # a failed write retried with the same tool: the retry closes the segment
-        if step.errored and not following and not complete:
+        if step.errored and following is None and not complete:
             break  # the agent may still retry it
         segments.append(Segment("\n".join(queries), steps, step.tool, len(segments)))
         steps, queries = [], []

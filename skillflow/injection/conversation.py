@@ -3,7 +3,8 @@
 An agent calls ``Skillflow.prepare(query, user_id, conversation=...)`` before every model call; the
 conversation gives retrieval the request's context (the view the tenant's fitted rule chose) and the
 calls made since the last state-changing call (the prefix a skill's procedure must continue). Build it
-from OpenAI-format messages with :meth:`Conversation.from_messages`, or directly.
+from the agent's messages with :meth:`Conversation.from_messages` (OpenAI chat messages or Anthropic content
+blocks), or directly.
 
 Done means done (docs/guide/runtime.md, "Which skill, or none"): each call knows how many user messages
 came before it, so the request is read from the first user message after the last successful write, and an
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from skillflow.kernel.messages import message_line, message_text
+from skillflow.kernel.messages import blank, message_line, message_text, openai_form
 
 LAST = "last"  # the latest user message
 RECENT = "recent"  # the last three user messages, newest first, one text
@@ -47,22 +48,30 @@ class Conversation:
 
     @classmethod
     def from_messages(cls, messages: Sequence[Mapping[str, Any]]) -> Conversation:
-        """From OpenAI chat messages: ``user`` contents and the ``tool_calls`` of ``assistant`` messages.
+        """From chat messages: ``user`` contents and the ``tool_calls`` of ``assistant`` messages.
 
-        A user message's content is a string or a list of text parts (read as capture reads it); a blank one
-        is not a message, as a stored query has no blank line. A call is errored when its ``tool`` reply
-        starts with ``Error`` (the corpora's convention). Unknown roles and malformed entries are skipped,
-        never raised on.
+        OpenAI chat messages, or Anthropic Messages API ones (an assistant's ``tool_use`` content blocks are its
+        calls, the next user message's ``tool_result`` blocks their results), read as the OpenAI messages they
+        stand for, as capture reads them (:func:`skillflow.kernel.messages.openai_form`). A user message's
+        content is a string or a list of text parts (read as capture reads it); a blank one is not a message, as
+        a stored query has no blank line. A call is errored when its ``tool`` reply's text starts with ``Error``
+        (the corpora's convention) or it carries an ``error`` (an Anthropic ``is_error`` result), as capture reads
+        it. Unknown roles and malformed entries are skipped, never raised on.
         """
         users: list[str] = []
         calls: list[ToolCall] = []
         pending: dict[str, int] = {}
         entries = list(messages) if isinstance(messages, Sequence) and not isinstance(messages, str | bytes) else []
-        for m in entries:
+        for entry in entries:
             try:
-                _read(m, users, calls, pending)
+                read = openai_form(entry, strict=False)
             except Exception:  # noqa: BLE001 - an unreadable entry (hostile __str__, odd types) is skipped
                 continue
+            for m in read:
+                try:
+                    _read(m, users, calls, pending)
+                except Exception:  # noqa: BLE001 - as above
+                    continue
         return cls(tuple(users), tuple(calls))
 
     def with_request(self, query: str) -> tuple[str, ...]:
@@ -138,7 +147,7 @@ def _read(m: Any, users: list[str], calls: list[ToolCall], pending: dict[str, in
             calls.append(ToolCall(fn["name"], _arg_keys(fn.get("arguments")), users_before=len(users)))
             if isinstance(tc.get("id"), str) and tc["id"]:
                 pending[tc["id"]] = len(calls) - 1
-    elif role == "tool" and isinstance(m.get("content"), str) and m["content"].startswith("Error"):
+    elif role == "tool" and (message_text(m.get("content")).startswith("Error") or not blank(m.get("error"))):
         call_id = m.get("tool_call_id")
         idx = pending.get(call_id, len(calls) - 1) if isinstance(call_id, str) else len(calls) - 1
         if 0 <= idx < len(calls):

@@ -2,17 +2,27 @@
 
 Both are tenant-scoped (exactly one agent and user) and, by default, see ACTIVE skills only: a SHADOW,
 demoted or retired skill is never offered to a model.
+
+A model calls them in the middle of the agent's run, so they are bounded like a capture: each read runs under
+``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS`` (a PostgreSQL statement timeout and the watchdog of
+:func:`skillflow.storage.engine.deadline`), and a database that is down, stalls or fails is
+:class:`SkillsUnreadable` (a :class:`SkillNotAvailable`, named by the error's class only), which :func:`dispatch`
+answers as ``{"error": ...}``, never raising into the agent (docs/guide/runtime.md, "Learned-skill tools").
+``Skillflow.skill_tool`` adds the handle's breaker.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, or_, select
+from sqlalchemy import Engine, Select, or_, select
+from sqlalchemy.engine import RowMapping
 
+from skillflow.kernel.config import get_settings
 from skillflow.kernel.models import SkillStatus
+from skillflow.storage.engine import deadline, set_statement_timeout
 from skillflow.storage.schema import skillbox
 
 SOURCE = "learned"
@@ -50,18 +60,62 @@ ANTHROPIC_TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = frozenset({"list_skills", "read_skill"})
 
 
+DEFAULT_TIMEOUT_SECONDS = 2.0  # SKILLFLOW_CAPTURE_TIMEOUT_SECONDS' default, when the settings cannot be read
+
+
 class SkillNotAvailable(LookupError):
     """No skill of that name or id is available to this tenant."""
+
+
+class SkillsUnreadable(SkillNotAvailable):
+    """The skills could not be read: the database is unreachable, did not answer within the bound, or failed.
+
+    The message names the error's class only, as ``Prepared.error`` does (``skills could not be read
+    (OperationalError)``); the error itself is the ``__cause__``. A :class:`SkillNotAvailable`, so a caller that
+    answers a missing skill to the model answers this too."""
+
+    def __init__(self, error_class: str) -> None:
+        self.error_class = error_class
+        super().__init__(f"skills could not be read ({error_class})")
 
 
 def _statuses(statuses: Iterable[SkillStatus | str] | None) -> list[str]:
     return [str(s.value if isinstance(s, SkillStatus) else s) for s in (statuses or (SkillStatus.ACTIVE,))]
 
 
+def _seconds(timeout: float | None) -> float:
+    """The bound of one read: ``timeout``, else ``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS``."""
+    if timeout is not None:
+        return float(timeout)
+    try:
+        return float(get_settings().capture_timeout_seconds)
+    except Exception:  # noqa: BLE001 - an unreadable setting fails the handle's construction, not a tool call
+        return DEFAULT_TIMEOUT_SECONDS
+
+
+def _read(engine: Engine, stmt: Select[Any], timeout: float | None) -> Sequence[RowMapping]:
+    """The rows of ``stmt``, read under the capture bound; :class:`SkillsUnreadable` for any database failure."""
+    seconds = _seconds(timeout)
+    try:
+        with deadline(engine, seconds), engine.begin() as conn:
+            set_statement_timeout(conn, seconds)
+            return conn.execute(stmt).mappings().all()
+    except Exception as exc:  # down, stalled past the bound, or failed: named by its class only
+        raise SkillsUnreadable(type(exc).__name__) from exc
+
+
 def list_skills(
-    engine: Engine, agent_id: str, user_id: str, statuses: Iterable[SkillStatus | str] | None = None
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    statuses: Iterable[SkillStatus | str] | None = None,
+    *,
+    timeout: float | None = None,
 ) -> list[dict[str, Any]]:
-    """This tenant's learned skills (ACTIVE only unless ``statuses`` says otherwise), by name."""
+    """This tenant's learned skills (ACTIVE only unless ``statuses`` says otherwise), by name.
+
+    Read within ``timeout`` seconds (default ``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS``); raises
+    :class:`SkillsUnreadable` when the database cannot answer."""
     stmt = (
         select(skillbox.c.id, skillbox.c.name, skillbox.c.description, skillbox.c.status, skillbox.c.version)
         .where(
@@ -71,8 +125,7 @@ def list_skills(
         )
         .order_by(skillbox.c.name, skillbox.c.version.desc())
     )
-    with engine.connect() as conn:
-        rows = conn.execute(stmt).mappings().all()
+    rows = _read(engine, stmt, timeout)
     return [
         {
             "id": r["id"],
@@ -86,8 +139,13 @@ def list_skills(
     ]
 
 
-def read_skill(engine: Engine, agent_id: str, user_id: str, name_or_id: str) -> dict[str, Any]:
-    """The SKILL.md of this tenant's ACTIVE skill called ``name_or_id`` (newest version wins)."""
+def read_skill(
+    engine: Engine, agent_id: str, user_id: str, name_or_id: str, *, timeout: float | None = None
+) -> dict[str, Any]:
+    """The SKILL.md of this tenant's ACTIVE skill called ``name_or_id`` (newest version wins).
+
+    Raises :class:`SkillNotAvailable` when there is none, :class:`SkillsUnreadable` (one of them) when the database
+    cannot answer within ``timeout`` seconds (default ``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS``)."""
     stmt = (
         select(skillbox.c.id, skillbox.c.name, skillbox.c.version, skillbox.c.status, skillbox.c.content)
         .where(
@@ -99,10 +157,10 @@ def read_skill(engine: Engine, agent_id: str, user_id: str, name_or_id: str) -> 
         .order_by(skillbox.c.version.desc(), skillbox.c.activated_at.desc())
         .limit(1)
     )
-    with engine.connect() as conn:
-        row = conn.execute(stmt).mappings().first()
-    if row is None:
+    rows = _read(engine, stmt, timeout)
+    if not rows:
         raise SkillNotAvailable("no active learned skill with that name")
+    row = rows[0]
     return {
         "id": row["id"],
         "name": row["name"],
@@ -113,24 +171,58 @@ def read_skill(engine: Engine, agent_id: str, user_id: str, name_or_id: str) -> 
     }
 
 
-def dispatch(
-    tool_name: str, arguments: Mapping[str, Any] | str | None, *, engine: Engine, agent_id: str, user_id: str
-) -> Any:
-    """Run a skill tool call from a model; a missing skill comes back as ``{"error": ...}`` for the model."""
+Request = tuple[str, str]  # (tool name, the skill's name or id; "" for list_skills)
+
+
+def tool_request(tool_name: str, arguments: Mapping[str, Any] | str | None) -> Request | dict[str, str]:
+    """What a model's skill tool call asks for, or the ``{"error": ...}`` answer to arguments it cannot use.
+
+    Raises ``ValueError`` for a tool that is not a skill tool (the agent routes only :data:`TOOL_NAMES` here)."""
     if tool_name not in TOOL_NAMES:
         raise ValueError(f"not a skill tool: {tool_name!r}")
     try:
         args: Any = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else (arguments or {})
-    except json.JSONDecodeError:
+        if not isinstance(args, Mapping):
+            return {"error": "arguments must be a JSON object"}
+        if tool_name == "list_skills":
+            return tool_name, ""
+        name = args.get("name") or args.get("name_or_id")
+    except Exception:  # noqa: BLE001 - a model's (or a caller's) value that cannot be read is an answer, not a raise
         return {"error": "arguments must be a JSON object"}
-    if not isinstance(args, Mapping):
-        return {"error": "arguments must be a JSON object"}
-    if tool_name == "list_skills":
-        return list_skills(engine, agent_id, user_id)
-    name = args.get("name") or args.get("name_or_id")
     if not isinstance(name, str) or not name.strip():
         return {"error": "read_skill needs a skill name"}
+    return tool_name, name.strip()
+
+
+def answer(request: Request, engine: Engine, agent_id: str, user_id: str, timeout: float | None = None) -> Any:
+    """Run a :func:`tool_request`'s request; raises :class:`SkillNotAvailable` (:class:`SkillsUnreadable` for the
+    database)."""
+    tool_name, name = request
+    if tool_name == "list_skills":
+        return list_skills(engine, agent_id, user_id, timeout=timeout)
+    return read_skill(engine, agent_id, user_id, name, timeout=timeout)
+
+
+def dispatch(
+    tool_name: str,
+    arguments: Mapping[str, Any] | str | None,
+    *,
+    engine: Engine,
+    agent_id: str,
+    user_id: str,
+    timeout: float | None = None,
+) -> Any:
+    """Run a skill tool call from a model: the tool's answer, or ``{"error": ...}`` for the model.
+
+    A missing skill, arguments it cannot use, and a database that is down, stalls past ``timeout`` (default
+    ``SKILLFLOW_CAPTURE_TIMEOUT_SECONDS``) or fails (``skills could not be read (<ErrorClass>)``) are answers,
+    never raised into the agent; only a ``tool_name`` that is not a skill tool raises ``ValueError``. Without a
+    handle there is no breaker: ``Skillflow.skill_tool`` answers at once while the handle's breaker is open.
+    """
+    request = tool_request(tool_name, arguments)
+    if isinstance(request, dict):
+        return request
     try:
-        return read_skill(engine, agent_id, user_id, name.strip())
+        return answer(request, engine, agent_id, user_id, timeout)
     except SkillNotAvailable as exc:
         return {"error": str(exc)}

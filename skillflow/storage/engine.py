@@ -6,15 +6,17 @@ import os
 import re
 import socket
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool, StaticPool
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -59,7 +61,11 @@ def make_engine(
     url: str, *, connect_timeout: int | None = None, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kwargs: Any
 ) -> Engine:
     """A new engine; SQLite files get their folder, WAL and a busy timeout; ``connect_timeout`` (seconds)
-    bounds a PostgreSQL connection attempt (psycopg's own default is 130 s)."""
+    bounds a PostgreSQL connection attempt (psycopg's own default is 130 s).
+
+    Its pool waits for a free connection at most until the thread's :func:`deadline` ends
+    (:class:`BoundedQueuePool`), and it is safe across ``fork``: a forked process never uses a connection
+    of its parent (:func:`_fork_safe`; docs/guide/runtime.md)."""
     url = normalize_url(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "postgresql" and connect_timeout is not None:
@@ -70,14 +76,88 @@ def make_engine(
             kwargs.setdefault("poolclass", StaticPool)
             kwargs.setdefault("connect_args", {"check_same_thread": False})
         else:
+            kwargs.setdefault("poolclass", BoundedQueuePool)
             with suppress(OSError):  # one that cannot be made fails on connect, as a database that is down
                 Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, **kwargs)
         if database not in ("", ":memory:"):
             event.listen(engine, "connect", partial(_sqlite_pragmas, busy_timeout_ms=busy_timeout_ms))
-        return engine
+        return _fork_safe(engine)
     kwargs.setdefault("pool_pre_ping", True)
-    return create_engine(url, **kwargs)
+    kwargs.setdefault("poolclass", BoundedQueuePool)
+    return _fork_safe(create_engine(url, **kwargs))
+
+
+class BoundedQueuePool(QueuePool):
+    """A :class:`~sqlalchemy.pool.QueuePool` whose wait for a free connection ends with the calling thread's
+    :func:`deadline` (never later than ``pool_timeout``): with every connection in use by threads that wait on
+    a stalled database, a checkout raises :class:`sqlalchemy.exc.TimeoutError` within the bound instead of
+    after ``pool_timeout`` (30 s). Outside a deadline it is the plain ``QueuePool``. docs/guide/runtime.md,
+    "The spool, and when the database does not answer"."""
+
+    _configured_timeout: float = 30.0
+
+    @property  # QueuePool reads ``self._timeout`` for each wait on its queue
+    def _timeout(self) -> float:
+        bound: Deadline | None = getattr(_active, "deadline", None)
+        if bound is None:
+            return self._configured_timeout
+        return min(self._configured_timeout, bound.remaining())
+
+    @_timeout.setter
+    def _timeout(self, value: float) -> None:
+        self._configured_timeout = value
+
+    def recreate(self) -> QueuePool:
+        pool = super().recreate()
+        if isinstance(pool, BoundedQueuePool):  # never a deadline's remaining time as the new pool's timeout
+            pool._configured_timeout = self._configured_timeout
+        return pool
+
+
+# -- fork: SQLAlchemy's "Using Connection Pools with Multiprocessing or os.fork()" ------------------------------
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()  # every engine make_engine built, alive
+_PID = "skillflow_pid"
+
+
+def _fork_safe(engine: Engine) -> Engine:
+    """Keep ``engine``'s pooled connections to the process that opened them (docs/guide/runtime.md).
+
+    A forked child (gunicorn ``--preload``, celery prefork, ``multiprocessing`` with ``fork``) inherits the
+    parent's pooled connections: two processes on one server session interleave their transactions, and a run
+    reported stored can be rolled back by the other process. The child's copy of every such engine gets a new,
+    empty pool right after ``os.fork()`` (``dispose(close=False)``: the parent's connections are left open for
+    the parent), and a checkout of a connection another process opened (a fork that skips Python's at-fork
+    hooks) replaces it without closing it. An in-memory SQLite engine (one connection, in the process's own
+    memory) keeps its copy."""
+    if isinstance(engine.pool, StaticPool):
+        return engine
+    event.listen(engine, "connect", _mark_process)
+    event.listen(engine, "checkout", _refuse_other_process, insert=True)  # before a deadline attaches it
+    _ENGINES.add(engine)
+    return engine
+
+
+def _mark_process(_dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    record.info[_PID] = os.getpid()
+
+
+def _refuse_other_process(_dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    pid = os.getpid()
+    owner = record.info.get(_PID, pid)
+    if owner != pid:
+        # Not closed: it is the other process's session. The pool then opens a new connection for this process.
+        record.dbapi_connection = proxy.dbapi_connection = None
+        raise exc.DisconnectionError(f"pooled connection of process {owner} checked out in process {pid}")
+
+
+def _forget_parent_connections() -> None:
+    for engine in list(_ENGINES):
+        with suppress(Exception):  # a hook that raises is only printed; the checkout guard still holds
+            engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)
 
 
 @lru_cache(maxsize=16)
@@ -102,7 +182,8 @@ def capture_engine(url: str, connect_timeout: int, timeout_seconds: float) -> En
 class Deadline:
     """A wall-clock bound on one unit of database work; :meth:`fire` aborts every connection it holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, seconds: float = float("inf")) -> None:
+        self.ends = time.monotonic() + seconds
         self.fired = False
         self._lock = threading.Lock()
         self._conns: list[Any] = []
@@ -120,6 +201,10 @@ class Deadline:
             conns = list(self._conns)
         for conn in conns:
             _abort(conn)
+
+    def remaining(self) -> float:
+        """Seconds left before it fires (0 once fired)."""
+        return 0.0 if self.fired else max(0.0, self.ends - time.monotonic())
 
 
 _active = threading.local()
@@ -153,14 +238,15 @@ def deadline(engine: Engine, seconds: float) -> Iterator[Deadline]:
     A blocked statement then raises ``OperationalError``: a server that accepted the connection but stalls
     mid-query cannot hold the caller longer than the bound. SQLite statements are interrupted; PostgreSQL
     (psycopg) connections get their socket shut. A connection attempt is bounded by the engine's
-    ``connect_timeout`` instead.
+    ``connect_timeout`` instead. The wait for a free pooled connection ends with the deadline on an engine of
+    :func:`make_engine` (:class:`BoundedQueuePool`), raising ``sqlalchemy.exc.TimeoutError``.
     """
     if not event.contains(engine, "checkout", _attach):
         # A new connection runs the dialect's first queries before it is checked out: attach it first.
         event.listen(engine, "first_connect", _attach, insert=True)
         event.listen(engine, "connect", _attach, insert=True)
         event.listen(engine, "checkout", _attach)
-    bound = Deadline()
+    bound = Deadline(seconds)
     previous = getattr(_active, "deadline", None)
     _active.deadline = bound
     timer = threading.Timer(seconds, bound.fire)
@@ -171,6 +257,29 @@ def deadline(engine: Engine, seconds: float) -> Iterator[Deadline]:
     finally:
         timer.cancel()
         _active.deadline = previous
+
+
+class Budget:
+    """One bound shared by several units of database work (``prepare``'s skill read, docs/guide/runtime.md,
+    "When prepare degrades"): each :meth:`unit` runs under :func:`deadline` with the time the units before it
+    left, so a database that answers each unit in time but slowly cannot make the whole read longer than
+    ``seconds``. The time between units (the request's embedding) is not counted. Once spent, a unit raises
+    :class:`sqlalchemy.exc.TimeoutError` without opening a connection."""
+
+    def __init__(self, engine: Engine, seconds: float) -> None:
+        self.engine = engine
+        self.left = seconds
+
+    @contextmanager
+    def unit(self) -> Iterator[Deadline]:
+        if self.left <= 0:
+            raise exc.TimeoutError("the database work's time bound is spent")
+        started = time.monotonic()
+        try:
+            with deadline(self.engine, self.left) as bound:
+                yield bound
+        finally:
+            self.left -= time.monotonic() - started
 
 
 def set_statement_timeout(conn: Connection, seconds: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -145,3 +146,59 @@ def test_example_agent_records_the_rendered_skill(
     assert row["skills_activated"] == [skill_id]
     assert row["tool_sequence"] and "lookup_order" in row["tool_sequence"] and "read_skill" not in row["tool_sequence"]
     assert row["outcome"] == "success" and row["user_id"] == "alice"
+
+
+def _lookup(cid: str) -> dict[str, object]:
+    return {"id": cid, "type": "function", "function": {"name": "lookup_order", "arguments": '{"order_id": "A1"}'}}
+
+
+def test_example_agent_records_what_ran_when_the_provider_fails_mid_loop(
+    server: FakeProvider, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool ran, then the provider answered 500: the error reaches the caller and the call that ran is recorded.
+    Before, ``record_conversation`` was reached on the success path only: nothing was recorded."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    server.openai_script += [{"content": None, "tool_calls": [_lookup("call_1")]}, {"status": 500}]
+    example = load_example()
+    with pytest.raises(openai.InternalServerError):
+        example.run_agent(skillflow(engine), openai.OpenAI(max_retries=0), QUERY, "alice")
+    assert len(server.bodies("/chat/completions")) == 2  # the tool ran between the two model calls
+    with engine.connect() as conn:
+        rows = conn.execute(select(workflow_memory).where(workflow_memory.c.agent_id == "support-agent")).mappings()
+        [row] = list(rows)
+    assert (row["tool_sequence"], row["user_id"], row["outcome"]) == ("lookup_order", "alice", "success")
+    assert row["conversation_id"] and row["steps"][0]["result"] == {"order_id": "A1", "status": "shipped"}
+
+
+def test_example_agent_answers_a_skill_tool_call_while_the_database_is_down(
+    server: FakeProvider, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model calls ``list_skills`` while the database is down: the tool call answers the error's class and the
+    agent's run goes on (its procedure spools). Before, ``OperationalError`` was raised out of the agent loop."""
+    monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    down = tmp_path / "down.db"
+    down.mkdir()  # a folder where the database file belongs: every connection fails
+    sf = Skillflow(
+        agent_id="support-agent",
+        database_url=f"sqlite:///{down}",
+        spool_dir=tmp_path / "spool",
+        continual_learning=True,
+        embedder=EMB,
+    )
+    listing = {"id": "call_2", "type": "function", "function": {"name": "list_skills", "arguments": "{}"}}
+    server.openai_script += [
+        {"content": None, "tool_calls": [_lookup("call_1"), listing]},
+        {"content": "It has shipped."},
+    ]
+    example = load_example()
+    assert example.run_agent(sf, openai.OpenAI(max_retries=0), QUERY, "alice") == "It has shipped."
+    _, second = server.bodies("/chat/completions")
+    replies = {m["tool_call_id"]: json.loads(m["content"]) for m in second["messages"] if m["role"] == "tool"}
+    assert replies["call_2"] in (
+        {"error": "skills could not be read (DatabaseDown)"},
+        {"error": "skills could not be read (OperationalError)"},
+    )
+    assert replies["call_1"] == {"order_id": "A1", "status": "shipped"}
+    assert len(list((tmp_path / "spool").glob("*.json"))) == 1  # the procedure that ran, kept for the replay

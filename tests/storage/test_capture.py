@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 import subprocess
 import sys
+import warnings
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -79,6 +84,52 @@ def test_evaluator_errors_are_learning_failures_not_agent_failures(engine: Engin
     assert row["learning_error"] == "evaluator failed: RuntimeError"  # the class, never the message
     res2 = _sf(engine, lambda wf: 42).record_run("q", "u1", _steps())
     assert _row(engine, res2.run_id)["learning_error"] == "evaluator failed: TypeError"
+
+
+async def _async_check(wf: Workflow) -> bool:  # an asyncio agent's natural business check
+    return True
+
+
+class _AsyncCheck:
+    async def __call__(self, wf: Workflow) -> bool:
+        return True
+
+
+async def _async_items(wf: Workflow) -> AsyncIterator[bool]:
+    yield True
+
+
+@pytest.mark.parametrize(
+    "evaluator", [_async_check, _AsyncCheck(), functools.partial(_async_check), _async_items, 42, "is_ok"]
+)
+def test_an_async_or_uncallable_evaluator_is_refused_where_the_handle_is_made(engine: Engine, evaluator: Any) -> None:
+    """Construction is setup time, not the agent's run: an ``async def`` evaluator would never be awaited (every run
+    ``unknown``, a RuntimeWarning only), so it is refused there, naming the parameter. Before, it was taken."""
+    with pytest.raises(TypeError, match=r"workflow_outcome_evaluator must be a sync (function|callable)"):
+        _sf(engine, evaluator)
+
+
+def test_an_evaluator_that_returns_an_awaitable_records_unknown_with_the_reason(engine: Engine) -> None:
+    """The second line: an evaluator set after construction, or a sync one that returns a coroutine. The coroutine is
+    closed, never awaited (no RuntimeWarning), and the run is ``unknown`` with the reason on the result and the row.
+    Before, the result said nothing (``error=None``) and a RuntimeWarning was the only trace."""
+    late = _sf(engine)
+    late.workflow_outcome_evaluator = _async_check
+    wrapped = _sf(engine, lambda wf: _async_check(wf))
+    reason = "evaluator failed: it returned an awaitable (workflow_outcome_evaluator must be a sync function)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = [sf.record_run("refund", "u1", _steps()) for sf in (late, wrapped)]
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    for res in results:
+        assert (res.stored, res.outcome, res.error, res.learning_error) == (True, "unknown", None, reason)
+        row = _row(engine, res.run_id)
+        assert (row["outcome"], row["outcome_source"], row["learning_error"]) == ("unknown", "learning_failure", reason)
+    # Every learning failure is named on the result now, an evaluator that raises too (its class, never its text).
+    res = _sf(engine, lambda wf: 1 / 0).record_run("q", "u1", _steps())
+    assert (res.outcome, res.learning_error) == ("unknown", "evaluator failed: ZeroDivisionError")
+    assert _sf(engine, lambda wf: True).record_run("q", "u1", _steps()).learning_error is None
 
 
 def test_execution_failure_is_never_upgraded(engine: Engine) -> None:

@@ -6,7 +6,9 @@ tenant's evaluator judges the whole conversation; an evaluator that raises gives
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +163,24 @@ def test_a_spooled_outcome_reads_back_or_becomes_unknown(doc: Any, want: Workflo
 
     got = ConversationOutcome.from_dict(doc)
     assert (got.outcome if got is not None else None) == want
+
+
+def test_an_evaluator_that_returns_an_awaitable_gives_unknown_with_the_reason(engine: Engine) -> None:
+    """Run once over the conversation, an evaluator that returns a coroutine is closed, never awaited (no
+    RuntimeWarning), and every procedure that executed is ``unknown`` with the reason on its result."""
+
+    async def judged(workflow: Workflow) -> bool:
+        return True
+
+    sf = Skillflow(agent_id="airline", engine=engine)
+    sf.workflow_outcome_evaluator = judged  # set after construction, which refuses an async def evaluator
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = sf.record_conversation(CONVERSATION, "alice", conversation_id="c")
+        gc.collect()
+    assert [w for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    reason = "evaluator failed: it returned an awaitable (workflow_outcome_evaluator must be a sync function)"
+    assert [(r.outcome, r.learning_error) for r in results] == [("unknown", reason)] * 2 + [("failure", None)]
+    assert [(r["outcome"], r["learning_error"]) for r in _rows(engine)] == [("unknown", reason)] * 2 + [
+        ("failure", None)
+    ]

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, func, select
 
+from skillflow.capture import segments
 from skillflow.capture.segments import segment_conversation, segment_run_id
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.history import HistoryRun, requests
@@ -116,6 +117,35 @@ def test_a_growing_conversation_recorded_each_turn_converges(engine: Engine) -> 
         (0, "get_reservation_details > cancel_reservation"),
         (1, "get_user_details"),
     ]
+
+
+def test_a_conversation_over_the_limit_stores_the_procedures_within_it_and_names_the_rest(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a conversation over ``MAX_MESSAGES`` (5 000) was refused whole (``a conversation holds at most 5000
+    messages``): a long support chat lost every procedure. Now the procedures closed within the limit are stored
+    and one more result names what was not read; recorded again (the limit raised), the rows converge."""
+    messages: list[dict[str, Any]] = []
+    for i in range(12):  # 12 turns of 4 messages: one procedure each
+        messages += [{"role": "user", "content": f"cancel order {i}"}, *call("cancel_order", '{"ok": true}', n=i)]
+        messages.append({"role": "assistant", "content": "done"})
+    monkeypatch.setattr(segments, "MAX_MESSAGES", 40)
+    sf = Skillflow(agent_id="airline", engine=engine)
+    *stored, refused = sf.record_conversation(messages, "alice", conversation_id="long")
+    assert [(r.run_id, r.stored) for r in stored] == [
+        (segment_run_id("airline", "alice", "long", i), True) for i in range(10)
+    ]
+    assert (refused.stored, refused.spooled, refused.run_id) == (False, False, "")
+    assert refused.error == (
+        "a conversation is read up to its first 40 messages: the procedures not closed within them were not stored"
+    )
+    assert [r["segment_index"] for r in _rows(engine)] == list(range(10))
+    with pytest.raises(ValueError, match="read up to its first 40 messages"):
+        sf.record_conversation(messages, "alice", conversation_id="strict", strict=True)
+    assert _rows(engine)[-1]["conversation_id"] == "strict"  # strict raises after storing what it read
+    monkeypatch.setattr(segments, "MAX_MESSAGES", 5000)
+    again = sf.record_conversation(messages, "alice", conversation_id="long")
+    assert [r.already_stored for r in again] == [True] * 10 + [False] * 2 and all(r.stored for r in again)
 
 
 def test_declared_tools_drive_segmentation_and_are_stored(engine: Engine) -> None:

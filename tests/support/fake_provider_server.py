@@ -26,7 +26,8 @@ class Recorded:
 class FakeProvider:
     port: int = 0
     requests: list[Recorded] = field(default_factory=list)
-    # Scripted OpenAI assistant messages (dicts with "content" and/or "tool_calls"), consumed in order.
+    # Scripted OpenAI assistant messages (dicts with "content" and/or "tool_calls"), consumed in order; an entry
+    # {"status": 500} answers that HTTP error instead (the provider failing mid-loop).
     openai_script: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -80,6 +81,9 @@ def _handler(state: FakeProvider) -> type[BaseHTTPRequestHandler]:
             state.requests.append(Recorded(path, body, {k.lower(): v for k, v in self.headers.items()}))
             if path.endswith("/chat/completions"):
                 script = state.openai_script.pop(0) if state.openai_script else {"content": "ok"}
+                if "status" in script:
+                    self._error(int(script["status"]))
+                    return
                 reply = _openai_reply(body, script)
             elif path.endswith("/messages"):
                 reply = _anthropic_reply(body)
@@ -87,8 +91,14 @@ def _handler(state: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.send_response(404)
                 self.end_headers()
                 return
+            self._send(200, reply)
+
+        def _error(self, status: int) -> None:
+            self._send(status, {"error": {"message": "scripted failure", "type": "server_error", "code": None}})
+
+        def _send(self, status: int, reply: dict[str, Any]) -> None:
             data = json.dumps(reply).encode()
-            self.send_response(200)
+            self.send_response(status)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
             self.end_headers()

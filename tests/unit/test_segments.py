@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
+from skillflow.capture import segments
 from skillflow.capture.segments import (
     NO_RESULT,
     READ_ONLY,
@@ -196,6 +198,48 @@ def test_tool_results_pair_by_call_id_then_by_position_and_a_missing_result_is_a
 def test_unreadable_conversations_raise_a_clear_error(messages: Any, needle: str) -> None:
     with pytest.raises(ConversationError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         segment_conversation(messages)
+
+
+def _turns(n: int) -> list[dict[str, Any]]:
+    """``n`` turns of four messages: a request, its write, the write's result, the answer (one procedure each)."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        fn = {"name": "cancel_order", "arguments": json.dumps({"order_id": i})}
+        out += [
+            user(f"cancel order {i}"),
+            {"role": "assistant", "content": None, "tool_calls": [{"id": f"t{i}", "type": "function", "function": fn}]},
+            {"role": "tool", "tool_call_id": f"t{i}", "content": '{"ok": true}'},
+            say("done"),
+        ]
+    return out
+
+
+def test_a_conversation_over_the_limit_keeps_the_procedures_closed_within_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the first ``MAX_MESSAGES`` messages are read (the bound on one call's work), as a conversation still
+    going on: the procedures they close are those of the whole conversation, same indexes. Before, a conversation
+    one message over the limit was refused whole: every procedure lost."""
+    messages = _turns(12)  # 48 messages, 12 procedures
+    whole = segment_conversation(messages)
+    monkeypatch.setattr(segments, "MAX_MESSAGES", 41)  # the cut falls inside the 11th turn, after its call
+    read = segment_conversation(messages)
+    assert read == whole[:10] == segment_conversation(messages[:41], complete=False)
+    assert segments.too_long(messages) == (
+        "a conversation is read up to its first 41 messages: the procedures not closed within them were not stored"
+    )
+    assert segments.too_long(messages[:41]) is None
+    monkeypatch.setattr(segments, "MAX_MESSAGES", 43)  # the 11th write's result read: it closes its procedure
+    assert segment_conversation(messages) == whole[:11]
+
+
+def test_segmentation_is_linear_in_the_conversation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each write looked at every later call, and each call message copied the rest of the conversation: quadratic
+    (about 2 s of CPU for 40 000 messages, 0.35 s now). The bound on one call's work is ``MAX_MESSAGES``, not the
+    cost of reading them."""
+    monkeypatch.setattr(segments, "MAX_MESSAGES", 1_000_000)
+    messages = _turns(10_000)
+    started = time.process_time()  # CPU time: other processes' load on the host does not count
+    assert len(segment_conversation(messages)) == 10_000
+    assert time.process_time() - started < 1.0
 
 
 def test_segment_run_ids_are_deterministic_per_tenant_and_conversation() -> None:
