@@ -789,16 +789,22 @@ def literal_findings(text: str, allowed: Iterable[str] = ()) -> list[Finding]:
     names, excused only as identifiers: a name never excuses a secret, a card or an email) and numbers of at
     most two digits (step numbers, "retry 2 times")."""
     names = {a.casefold() for a in allowed}
-    masked = PLACEHOLDER.sub(lambda m: " " * len(m.group(0)), text or "")
+    text = text or ""
+    # Placeholders stay in the text the detectors read: blanked out, the words after one read as the value it
+    # replaced ("password is <secret> My email is") and a quote holding one as a one-word quote ('My <name>').
+    # A finding that is a placeholder, or lies inside one, is not a literal.
+    held = [m.span() for m in PLACEHOLDER.finditer(text)]
     out = []
-    for f in findings(masked, strict=True):
+    for f in findings(text, strict=True):
+        if PLACEHOLDER.fullmatch(f.text.strip()) or any(a <= f.start and f.end <= b for a, b in held):
+            continue
         if f.kind == "id" and f.text.strip("`").casefold() in names:
             continue
         digits = sum(ch.isdigit() for ch in f.text)  # none in a number spelled in words: never excused
         if f.kind == "number" and (0 < digits <= 2 or re.fullmatch(r"[01]?\.\d{1,2}", f.text)):
             continue
         out.append(f)
-    out.extend(Finding("quoted", 0, 0, q) for q in quoted_literals(masked, names))
+    out.extend(Finding("quoted", 0, 0, q) for q in quoted_literals(text, names))
     return out
 
 

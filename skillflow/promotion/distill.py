@@ -152,7 +152,13 @@ def _example_request(run: EvidenceRun, literals: set[str]) -> str:
     shows that as ``"``, and the checks would read ``word\\`` as a quoted value."""
     text = " ".join(redact_text(run.query, literals).split()).replace('"', "'")
     text = _CAPITALIZED.sub("<name>", text)
-    return text if len(text) <= 160 else text[:157] + "..."
+    if len(text) <= 160:
+        return text
+    cut = text[:157]
+    opened = cut.rfind("<")
+    if opened > cut.rfind(">"):  # never half a placeholder: '<strin' would read as a quoted value
+        cut = cut[:opened]
+    return cut.rstrip() + "..."
 
 
 def _signature_tools(run: EvidenceRun) -> list[str]:
