@@ -189,6 +189,22 @@ def test_the_outer_folds_never_put_a_task_on_both_sides(tmp_path: Path) -> None:
         assert held and not held & {segs[i].task for i in train}
 
 
+def test_grouped_by_customer_a_customer_s_tasks_are_never_on_both_sides(tmp_path: Path) -> None:
+    """``--tau-group customer``: one customer's tasks (often variants of one scenario) stay in one fold."""
+    path = corpus(tmp_path)
+    runs = json.loads(path.read_text())
+    for run in runs:
+        run["info"]["task"]["user_id"] = f"user_{run['task_id'] // 3}"  # four customers of three tasks each
+    path.write_text(json.dumps(runs))
+    segs, dialogs = tau_corpus(path, group="customer")
+    assert {d.task for d in dialogs} == {f"customer:user_{k}" for k in range(4)}
+    for train, test in outer_folds(segs, dialogs, 3, 0):
+        held = {dialogs[i].task for i in test}
+        assert held and not held & {segs[i].task for i in train}
+    with pytest.raises(ValueError, match="group"):
+        tau_corpus(path, group="episode")
+
+
 def test_prepare_is_probed_before_every_model_call_of_the_held_out_conversations(tmp_path: Path) -> None:
     segs, dialogs = tau_corpus(corpus(tmp_path))
     assert sum(1 for s in segs if not s.ok) == 0

@@ -63,6 +63,14 @@ def bench_retrieval(
             "with several, every seed's figures and their mean are shown).",
         ),
     ] = "0",
+    tau_group: Annotated[
+        str,
+        typer.Option(
+            "--tau-group",
+            help="What the every-call protocol's τ-bench folds keep together: task (its trials) or customer (a "
+            "customer's tasks, often variants of one scenario).",
+        ),
+    ] = "task",
     prepare_probes: Annotated[int, typer.Option("--prepare-probes", min=0, help="Timed prepare() calls.")] = 60,
     prepare_filler: Annotated[
         int,
@@ -91,6 +99,8 @@ def bench_retrieval(
     if filler not in ("random", "text"):
         fail("--filler must be random or text")
     seeds = _seeds(cv_seeds)
+    if tau_group not in ("task", "customer"):
+        fail("--tau-group must be task or customer")
 
     def say(msg: str) -> None:
         if not json:
@@ -114,10 +124,10 @@ def bench_retrieval(
     )
     more = _applicability_sets(embedder, threshold, say) if sets else {}
     more.update(_api_bank(api_bank, embedder, threshold, say, seeds, cv))
-    calls = _every_call(tau_bench, api_bank, embedder, say, seeds[0]) if every_call else {}
+    calls = _every_call(tau_bench, api_bank, embedder, say, seeds[0], tau_group) if every_call else {}
     calls_cv: dict[str, list[dict[str, Any]]] = {}
     if every_call and len(seeds) > 1:  # the split moves these figures more than most changes do (BENCHMARKS)
-        others = [(s, _every_call(tau_bench, api_bank, embedder, say, s)) for s in seeds[1:]]
+        others = [(s, _every_call(tau_bench, api_bank, embedder, say, s, tau_group)) for s in seeds[1:]]
         calls_cv = _every_call_cv([(seeds[0], calls), *others])
     if json:
         doc = result.as_dict()
@@ -167,9 +177,12 @@ def bench_retrieval(
         _print_every_call_cv(calls_cv)
 
 
-def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], None], seed: int) -> dict[str, Any]:
+def _every_call(
+    tau: str, api: str, embedder_name: str, say: Callable[[str], None], seed: int, tau_group: str = "task"
+) -> dict[str, Any]:
     """The every-call protocol (docs/BENCHMARKS.md, "Every model call"): τ-bench under the execution and the
-    reward outcome, API-Bank under execution; corpora that are skipped or absent are left out."""
+    reward outcome (its folds grouped by ``tau_group``), API-Bank under execution; corpora that are skipped or
+    absent are left out."""
     from pathlib import Path
 
     from skillflow.injection.embeddings import get_embedder
@@ -183,7 +196,7 @@ def _every_call(tau: str, api: str, embedder_name: str, say: Callable[[str], Non
     out: dict[str, Any] = {}
     if tau and Path(tau).is_file():
         for outcome in ("execution", "reward"):
-            segs, dialogs = tau_corpus(Path(tau), outcome)
+            segs, dialogs = tau_corpus(Path(tau), outcome, tau_group)
             out[f"tau-bench/{outcome}"] = evaluate_calls(
                 segs, dialogs, emb, config, seed=seed, outcome=outcome, progress=say, handoffs=HANDOFF_TOOLS
             )

@@ -378,13 +378,24 @@ def _unfloored(rule: Rule, conv: Conversation, query: str, embedder: Embedder) -
     return d.score, d.skill_id
 
 
-def tau_corpus(path: Path, outcome: str = "execution") -> tuple[list[Seg], list[Dialog]]:
+TAU_GROUPS = ("task", "customer")
+
+
+def tau_corpus(path: Path, outcome: str = "execution", group: str = "task") -> tuple[list[Seg], list[Dialog]]:
     """τ-bench's procedures and conversations (the simulator's stop marker removed, as ingest does);
-    ``outcome="reward"``: a procedure succeeds only when its calls did and its episode's reward is 1."""
+    ``outcome="reward"``: a procedure succeeds only when its calls did and its episode's reward is 1.
+
+    ``group`` is what the outer folds keep together: the ``task`` (its four trials), or the task's ``customer``
+    (``info.task.user_id``: one customer's tasks are often variants of one scenario, e.g. the same reservation
+    cancelled under two pretexts, so grouping by task leaves near-duplicates on both sides; docs/BENCHMARKS.md)."""
+    if group not in TAU_GROUPS:
+        raise ValueError(f"group must be one of {', '.join(TAU_GROUPS)}")
     segs: list[Seg] = []
     dialogs: list[Dialog] = []
     for run in json.loads(path.read_text(encoding="utf-8")):
         task, conv = str(run["task_id"]), f"{run['task_id']}-{run.get('trial', 0)}"
+        if group == "customer":
+            task = f"customer:{((run.get('info') or {}).get('task') or {}).get('user_id')}"
         traj = [
             {**m, "content": str(m.get("content") or "").replace(STOP_MARKER, "").strip()}
             if m.get("role") == "user" else m
