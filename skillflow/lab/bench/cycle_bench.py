@@ -231,7 +231,7 @@ def naive_all(engine: Engine) -> dict[tuple[str, str, str], tuple[Any, ...]]:
                 continue
             a = acc[key]
             a[("success", "failure", "unknown").index(r["outcome"])] += 1
-            if r["query_fingerprint"] is not None:
+            if r["query_fingerprint"] is not None and r["outcome"] == "success":  # the requests it served
                 a[3].add(r["query_fingerprint"])
     return {k: (v[0], v[1], v[2], len(v[3])) for k, v in acc.items()}
 
