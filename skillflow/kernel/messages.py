@@ -96,21 +96,34 @@ def _not_a_block(i: int, j: int) -> UnreadableMessage:
     )
 
 
-def _assistant(message: Mapping[str, Any], blocks: Sequence[Any], i: int, strict: bool) -> Mapping[str, Any]:
-    """An assistant message whose content holds ``tool_use`` blocks, as the OpenAI message with ``tool_calls``."""
-    calls: list[dict[str, Any]] = []
-    kept: list[Any] = []
+def _sorted_blocks(
+    blocks: Sequence[Any], wanted: str, i: int, strict: bool
+) -> tuple[list[tuple[int, Mapping[str, Any]]], list[Any]]:
+    """The content blocks of message ``i`` of type ``wanted`` (with their positions), and the others kept as they
+    are. A block that is not a mapping is skipped (strict: refused, text excepted), and so is a tool block of
+    another kind (strict: refused)."""
+    found: list[tuple[int, Mapping[str, Any]]] = []
+    others: list[Any] = []
     for j, block in enumerate(blocks):
         if not isinstance(block, Mapping):
             if strict and not isinstance(block, str):
                 raise _not_a_block(i, j)
             continue
         kind = block.get("type")
-        if kind != TOOL_USE:
-            if strict and _tool_like(kind):
-                raise _not_read(i, j)
-            kept.append(block)
-            continue
+        if kind == wanted:
+            found.append((j, block))
+        elif strict and _tool_like(kind):
+            raise _not_read(i, j)
+        else:
+            others.append(block)
+    return found, others
+
+
+def _assistant(message: Mapping[str, Any], blocks: Sequence[Any], i: int, strict: bool) -> Mapping[str, Any]:
+    """An assistant message whose content holds ``tool_use`` blocks, as the OpenAI message with ``tool_calls``."""
+    calls: list[dict[str, Any]] = []
+    uses, kept = _sorted_blocks(blocks, TOOL_USE, i, strict)
+    for j, block in uses:
         name = block.get("name")
         if not isinstance(name, str) or not str.strip(name):
             if strict:
@@ -131,18 +144,8 @@ def _user(message: Mapping[str, Any], blocks: Sequence[Any], i: int, strict: boo
     """A user message whose content holds ``tool_result`` blocks, as the OpenAI ``tool`` messages (in order), then
     the user message of its other blocks (its text), if any."""
     results: list[Mapping[str, Any]] = []
-    rest: list[Any] = []
-    for j, block in enumerate(blocks):
-        if not isinstance(block, Mapping):
-            if strict and not isinstance(block, str):
-                raise _not_a_block(i, j)
-            continue
-        kind = block.get("type")
-        if kind != TOOL_RESULT:
-            if strict and _tool_like(kind):
-                raise _not_read(i, j)
-            rest.append(block)
-            continue
+    found, rest = _sorted_blocks(blocks, TOOL_RESULT, i, strict)
+    for _, block in found:
         content = block.get("content")
         reply: dict[str, Any] = {"role": "tool", "tool_call_id": block.get("tool_use_id"), "content": content}
         if block.get("is_error") is True:  # the result text is the error, as a tool message's ``error`` field
