@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -55,9 +57,6 @@ class Demo:
         self.total = total_steps
         self.n = 0
         self.started = time.monotonic()
-        # The walk-through shows the shadow path (a promoted skill waits in SHADOW, is evaluated, then activated):
-        # pinned for this process and the flows it runs, whatever config file the current folder has or lacks.
-        os.environ.update(DEMO_SETTINGS)
         self.config = load_promotion_config()
 
     def step(self, title: str) -> None:
@@ -480,7 +479,25 @@ def run_corpus(db: str, corpus: Path) -> None:
 
 
 def run(db: str, corpus: Path | None = None) -> None:
-    if corpus is not None:
-        run_corpus(db, corpus)
-    else:
-        run_simulated(db)
+    with _pinned(DEMO_SETTINGS):
+        if corpus is not None:
+            run_corpus(db, corpus)
+        else:
+            run_simulated(db)
+
+
+@contextmanager
+def _pinned(settings: dict[str, str]) -> Iterator[None]:
+    """The walk-through shows the shadow path (a promoted skill waits in SHADOW, is evaluated, then activated):
+    its settings are pinned while it runs, for it and the flows it runs in this process, whatever config file the
+    current folder has or lacks, and the environment is restored after (a caller's process keeps its own)."""
+    before = {k: os.environ.get(k) for k in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

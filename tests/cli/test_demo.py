@@ -86,3 +86,23 @@ def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> Non
     engine.dispose()
     _fresh_sqlite(f"sqlite:///{demo}")
     assert not demo.exists()
+
+
+def test_the_demo_restores_the_environment_it_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo pins require_shadow while it runs; a process that ran it (a test worker, a notebook) keeps its own
+    settings after, even when the demo stops early. Before, the setting leaked into the rest of the process."""
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+    from skillflow.cli.demo import DEMO_SETTINGS
+    from skillflow.kernel.config import load_promotion_config
+
+    monkeypatch.chdir(tmp_path)
+    for key in DEMO_SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    real = tmp_path / "real.db"
+    real.write_text("not a database")
+    result = CliRunner().invoke(app, ["demo", "--db", f"sqlite:///{real}"])
+    assert result.exit_code == 2 and "not the demo's" in result.stderr
+    assert not any(key in os.environ for key in DEMO_SETTINGS)
+    assert load_promotion_config().require_shadow is False
