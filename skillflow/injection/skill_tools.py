@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, Select, or_, select
 from sqlalchemy.engine import RowMapping
 
-from skillflow.kernel.config import get_settings
+from skillflow.kernel.config import Settings, get_settings
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.engine import deadline, set_statement_timeout
 from skillflow.storage.schema import skillbox
@@ -60,7 +60,8 @@ ANTHROPIC_TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = frozenset({"list_skills", "read_skill"})
 
 
-DEFAULT_TIMEOUT_SECONDS = 2.0  # SKILLFLOW_CAPTURE_TIMEOUT_SECONDS' default, when the settings cannot be read
+# SKILLFLOW_CAPTURE_TIMEOUT_SECONDS' default, when the settings cannot be read (the handle's construction fails then)
+DEFAULT_TIMEOUT_SECONDS = float(Settings.model_fields["capture_timeout_seconds"].default)
 
 
 class SkillNotAvailable(LookupError):

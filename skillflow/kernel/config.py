@@ -164,9 +164,9 @@ class Settings(BaseSettings):
         2.0,
         gt=0,
         le=600,
-        description="Agent runtime: seconds a capture (or the start-up schema check, or a database step of "
-        "prepare's skill read) may wait on the database before the run is spooled (the request goes without "
-        "skills); also its PostgreSQL statement timeout and SQLite busy timeout",
+        description="Agent runtime: seconds a capture (or the start-up schema check, prepare's whole skill read, "
+        "or a learned-skill tool call) may wait on the database before the run is spooled (the request goes "
+        "without skills); also its PostgreSQL statement timeout and SQLite busy timeout",
     )
     capture_breaker_seconds: float = Field(
         30.0,

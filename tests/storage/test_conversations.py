@@ -211,6 +211,18 @@ call_shapes = st.fixed_dictionaries(
         {"name": st.one_of(st.sampled_from(["get_a", "book_b", "think", " "]), values), "arguments": values}
     ))}
 )  # fmt: skip
+anthropic_blocks = st.one_of(
+    st.builds(
+        lambda i, n, x: {"type": "tool_use", "id": i, "name": n, "input": x},
+        st.sampled_from(["t1", "t2"]) | values, st.sampled_from(["get_a", "book_b"]) | values, values,
+    ),
+    st.builds(
+        lambda i, c, e: {"type": "tool_result", "tool_use_id": i, "content": c, "is_error": e},
+        st.sampled_from(["t1", "t2"]) | values, values, values,
+    ),
+    st.fixed_dictionaries({"type": st.sampled_from(["text", "server_tool_use", "image"]) | values, "text": values}),
+    values,
+)  # fmt: skip
 messages_st = st.lists(
     st.one_of(
         values,
@@ -221,6 +233,9 @@ messages_st = st.lists(
         st.fixed_dictionaries(
             {"role": st.sampled_from(["user", "assistant", "tool", "system", "other"]), "content": values},
             optional={"tool_calls": st.one_of(values, st.lists(call_shapes, max_size=3)), "tool_call_id": values},
+        ),
+        st.fixed_dictionaries(  # Anthropic content blocks, well-formed or not
+            {"role": st.sampled_from(["user", "assistant"]), "content": st.lists(anthropic_blocks, max_size=3)}
         ),
     ),
     max_size=12,

@@ -40,8 +40,15 @@ values = st.recursive(
     max_leaves=25,
 )
 roles = st.sampled_from(["user", "assistant", "tool", "system", None, 3])
+# Anthropic content blocks: tool_use / tool_result / text / kinds not read, any field any value.
+blocks = st.fixed_dictionaries(
+    {"type": st.sampled_from(["tool_use", "tool_result", "text", "server_tool_use", "image"]) | values},
+    optional={"id": values, "name": values, "input": values, "tool_use_id": values, "content": values,
+              "is_error": values, "text": values},
+)  # fmt: skip
 messages = st.lists(
     st.fixed_dictionaries({"role": roles}, optional={"content": values, "tool_calls": values, "tool_call_id": values})
+    | st.fixed_dictionaries({"role": roles, "content": st.lists(blocks | values, max_size=4)})
     | values,
     max_size=8,
 )
