@@ -11,10 +11,7 @@ This module composes flows, so it lives in the CLI layer (the domain package nev
 from __future__ import annotations
 
 import json
-import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.engine import make_url
 
 from skillflow.cli.terminal import safe, visible
-from skillflow.kernel.config import load_promotion_config
+from skillflow.kernel.config import load_promotion_config, pinned_environment
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import aggregate_classes
@@ -479,25 +476,8 @@ def run_corpus(db: str, corpus: Path) -> None:
 
 
 def run(db: str, corpus: Path | None = None) -> None:
-    with _pinned(DEMO_SETTINGS):
+    with pinned_environment(DEMO_SETTINGS):  # the shadow path it shows, whatever config the folder has
         if corpus is not None:
             run_corpus(db, corpus)
         else:
             run_simulated(db)
-
-
-@contextmanager
-def _pinned(settings: dict[str, str]) -> Iterator[None]:
-    """The walk-through shows the shadow path (a promoted skill waits in SHADOW, is evaluated, then activated):
-    its settings are pinned while it runs, for it and the flows it runs in this process, whatever config file the
-    current folder has or lacks, and the environment is restored after (a caller's process keeps its own)."""
-    before = {k: os.environ.get(k) for k in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -297,3 +299,19 @@ def continual_learning_default() -> bool:
 
 def get_settings(**overrides: Any) -> Settings:
     return Settings(**overrides)
+
+
+@contextmanager
+def pinned_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` while the block runs (settings read from the environment, by this process
+    and the flows it runs in it), then the environment as it was: a caller's process keeps its own settings."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

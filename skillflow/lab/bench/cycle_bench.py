@@ -12,7 +12,6 @@ offline distiller) is timed on the shipped schema.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time
@@ -28,6 +27,7 @@ from sqlalchemy import Connection, Engine, Index, insert, inspect, select, text
 from sqlalchemy.schema import CreateIndex, DropIndex
 
 from skillflow.kernel import canonical
+from skillflow.kernel.config import pinned_environment
 from skillflow.kernel.models import Step, new_id
 from skillflow.storage.aggregate import aggregate_classes, partitions
 from skillflow.storage.engine import make_engine
@@ -362,19 +362,11 @@ def _time_cycle(engine: Engine) -> tuple[float, int, int]:
     """
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
 
-    saved = {k: os.environ.get(k) for k in _CYCLE_ENV}
-    os.environ.update(_CYCLE_ENV)
-    try:
+    with pinned_environment(_CYCLE_ENV):
         start = time.perf_counter()
         params = PromotionCycleParams(database_url=engine.url.render_as_string(hide_password=False), force=True)
         reports = promotion_cycle(params)
         elapsed = time.perf_counter() - start
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     considered = sum(r.candidates_considered for r in reports)
     promoted = sum(len(r.promoted) for r in reports)
     return round(elapsed, 4), considered, promoted
