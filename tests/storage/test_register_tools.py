@@ -16,12 +16,17 @@ from sqlalchemy import select
 
 from skillflow.runtime import Skillflow
 from skillflow.storage.engine import make_engine
-from skillflow.storage.schema import agent_tools
+from skillflow.storage.schema import agent_handoffs, agent_tools
 
 TOOLS = [f"tool_{i}" for i in range(8)]
 
 
-def test_concurrent_registrations_of_one_toolbox_all_land(db_url: str, engine: object, tmp_path: Path) -> None:
+@pytest.mark.parametrize("handoffs", [[], ["tool_1"]])
+def test_concurrent_registrations_of_one_toolbox_all_land(
+    db_url: str, engine: object, tmp_path: Path, handoffs: list[str]
+) -> None:
+    """Four processes of one agent register at once, 15 times each: every registration lands, and the toolbox (its
+    hand-off declarations in ``agent_handoffs`` too) is the one registered."""
     outcomes: list[object] = []
     barrier = threading.Barrier(4)
 
@@ -30,7 +35,7 @@ def test_concurrent_registrations_of_one_toolbox_all_land(db_url: str, engine: o
         barrier.wait()
         for _ in range(15):
             try:
-                outcomes.append(sf.register_tools(TOOLS, state_changing={"tool_0": True}))
+                outcomes.append(sf.register_tools(TOOLS, state_changing={"tool_0": True}, hands_off=handoffs))
             except Exception as exc:  # noqa: BLE001 - the assertion names it
                 outcomes.append(type(exc).__name__)
         assert sf.engine is not None
@@ -47,8 +52,11 @@ def test_concurrent_registrations_of_one_toolbox_all_land(db_url: str, engine: o
         rows = conn.execute(
             select(agent_tools.c.tool_name, agent_tools.c.changes_state).order_by(agent_tools.c.tool_name)
         ).all()
+        kept = conn.execute(select(agent_handoffs.c.agent_id, agent_handoffs.c.tool_name)).all()
     check.dispose()
-    assert [tuple(r) for r in rows] == [("tool_0", 1)] + [(t, None) for t in TOOLS[1:]]
+    declared = {"tool_0": 1, **{t: 1 for t in handoffs}}  # a hand-off changes state
+    assert [tuple(r) for r in rows] == [(t, declared.get(t)) for t in TOOLS]
+    assert [tuple(r) for r in kept] == [("fleet", t) for t in handoffs]
 
 
 @pytest.mark.parametrize("second", [["tool_1", "tool_9"], []])
