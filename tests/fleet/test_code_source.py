@@ -56,9 +56,26 @@ def pull_steps(name: str) -> list[dict[str, Any]]:
         return list(client.read_deployment_by_name(name).pull_steps or [])
 
 
+def slot_released(name: str, timeout: float = 60) -> None:
+    """Wait until the deployment's concurrency slot is free: its limit is 1 with ``cancel-new``, and a run
+    started while the previous run's slot is still held (its release lags the Completed state under load) is
+    Cancelled "Deployment concurrency limit reached"."""
+    from prefect.client.orchestration import get_client
+
+    deadline = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            limit = client.read_deployment_by_name(name).global_concurrency_limit
+            if limit is None or limit.active_slots == 0:
+                return
+            assert time.monotonic() < deadline, f"{name}: {limit.active_slots} slot(s) still held after {timeout} s"
+            time.sleep(0.5)
+
+
 def run_cycle(url: str, user: str) -> Any:
     from prefect.deployments import run_deployment
 
+    slot_released("promotion-cycle/promotion-cycle")
     params = {"params": {"database_url": url, "force": True, "user_id": user, "config_overrides": OVERRIDES}}
     return finished(run_deployment("promotion-cycle/promotion-cycle", parameters=params, timeout=0).id)
 
@@ -72,6 +89,15 @@ def finished(run_id: Any, timeout: float = 180) -> Any:
         while not (run := client.read_flow_run(run_id)).state.is_final() and time.monotonic() < deadline:
             time.sleep(1)
     return run
+
+
+def cycle_runs() -> list[tuple[str, str, bool]]:
+    """Every flow run as (name, state, auto-scheduled): what took the slot when a cycle was Cancelled."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs()
+    return [(r.name, str(r.state_name), r.auto_scheduled) for r in runs]
 
 
 def stored(url: str, user: str) -> tuple[list[str], list[str]]:
@@ -119,7 +145,7 @@ def test_a_worker_runs_the_flows_from_its_own_checkout_or_a_clone(tmp_path: Path
                     fleet.start_workers("compute", 1, limit=None, cwd=elsewhere)
                 run = run_cycle(url, user)
                 logs = "".join(f.read_text()[-3000:] for f in (tmp_path / "prefect").glob("worker-*.log"))
-                assert run.state.is_completed(), (user, run.state, logs)
+                assert run.state.is_completed(), (user, run.state, cycle_runs(), logs)
             flow_runs, skills = stored(url, user)
             # The pool run fans out: the partition's report is written by its promotion-partitions child run.
             assert len(flow_runs) == 1 and flow_runs[0] != str(run.id), flow_runs
