@@ -100,6 +100,8 @@ def test_every_call_rows_per_fold_pooled_and_single_turn(tmp_path: Path, monkeyp
         assert all(rows[0][k] == pooled[k] for k in bench_retrieval.CV_FIGURES)
         assert rows[2]["misleading"] == pytest.approx((rows[0]["misleading"] + rows[1]["misleading"]) / 2)
         assert rows[0]["single_false"] == doc["every_call"][name]["single"]["false"]
+        assert rows[0]["single_false_unseen"] == doc["every_call"][name]["single"]["false_unseen"]
+        assert rows[0]["single_twins"] == doc["every_call"][name]["single"]["twins"]
         assert rows[0]["hindsight_open_hit"] == doc["every_call"][name]["hindsight_all"]["pre_write_open_hit"]
     bench_retrieval._print_every_call_cv(cv)
     flat = " ".join(console.export_text().split())

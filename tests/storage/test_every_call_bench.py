@@ -110,6 +110,30 @@ def test_the_figures_count_the_probes() -> None:
     assert s["false_gold_write"] == 0.5  # the task asked for the cancel the agent never made
 
 
+def test_single_turn_figures_also_leave_out_requests_seen_word_for_word_in_training() -> None:
+    """A held-out first request identical to a training one (API-Bank's scenario groups share openings) is
+    easier: the figures are also given over the requests whose text training never held (``unseen``)."""
+    intents = frozenset({CANCEL})
+    cancel = _skill(CANCEL)
+    s = single_figures([
+        Single(0, CANCEL, cancel, intents, twin=True), Single(0, CANCEL, None, intents),
+        Single(0, "read-only", cancel, intents, twin=True), Single(1, "read-only", None, intents),
+        Single(1, "read-only", cancel, intents),
+    ])  # fmt: skip
+    assert (s["P"], s["N"], s["hit"], s["false"], s["twins"]) == (2, 3, 0.5, 2 / 3, 2)
+    assert (s["P_unseen"], s["N_unseen"], s["hit_unseen"], s["wrong_unseen"], s["false_unseen"]) == (1, 2, 0, 0, 0.5)
+
+
+def test_a_first_request_is_a_twin_when_a_training_dialog_opened_with_the_same_words() -> None:
+    from skillflow.lab.bench.every_call import first_request, twins
+
+    train = [dialog("a", "a-1", [{"role": "user", "content": "Can you help me  DELETE my account?"}])]
+    assert first_request(train[0].messages) == "Can you help me  DELETE my account?"
+    assert twins(train) == {"can you help me delete my account?"}
+    assert "can you help me delete my account?" in twins(train)
+    assert first_request([{"role": "assistant", "content": "hi"}]) == ""
+
+
 def test_the_hindsight_floor_is_chosen_on_the_probes_within_the_misleading_target() -> None:
     d = dialog("t1", "t1-0", CONVERSATION)
     intents = frozenset({CANCEL})
@@ -274,15 +298,22 @@ def test_the_bench_s_live_skills_are_what_the_promotion_cycle_promotes(tmp_path:
     (``gated_skills``); the shipped path (register the tools, ``record_conversation``, promotion cycles with the
     offline distiller and validation until nothing more is promoted) must make exactly those classes live. They
     differed on API-Bank while validation refused words beside a placeholder (docs/BENCHMARKS.md)."""
-    from skillflow.injection.applicability import live_skills
     from skillflow.lab.bench.applicability_bench import gated_skills
-    from skillflow.promotion.cycle import run_partition
-    from skillflow.runtime import Skillflow
 
     segs, dialogs = tau_corpus(corpus(tmp_path))
     config = PromotionConfig(min_executions=3, applicability_min_negatives=3, promotion_every_n_runs=0)
     train, _ = outer_folds(segs, dialogs, 3, 0)[0]
     bench = {s.canonical_hash for s in gated_skills([segs[i] for i in train], config)}
+    assert bench and promoted(engine, tmp_path, segs, dialogs, train, config) == bench
+
+
+def promoted(engine: Any, tmp_path: Path, segs: Any, dialogs: Any, train: list[int], config: PromotionConfig) -> set:
+    """The classes the shipped path makes live from the training conversations: register the tools,
+    ``record_conversation``, promotion cycles (offline distiller) until nothing more is promoted."""
+    from skillflow.injection.applicability import live_skills
+    from skillflow.promotion.cycle import run_partition
+    from skillflow.runtime import Skillflow
+
     sf = Skillflow(agent_id="a", engine=engine, config=config, embedder=HashingEmbedder(), spool_dir=tmp_path / "s")
     sf.register_tools(sorted({t for s in segs for t in s.procedure}))
     kept = {segs[i].conversation for i in train}
@@ -293,8 +324,32 @@ def test_the_bench_s_live_skills_are_what_the_promotion_cycle_promotes(tmp_path:
         if not run_partition(engine, "a", "u", config, force=True).promoted:
             break
     with engine.connect() as conn:
-        live = {s.canonical_hash for s in live_skills(conn, "a", "u")}
-    assert bench and live == bench
+        return {s.canonical_hash for s in live_skills(conn, "a", "u")}
+
+
+def test_a_procedure_without_a_request_of_its_own_counts_no_distinct_query(tmp_path: Path, engine: Any) -> None:
+    """A write made again with no new user message ("cancel both": the second cancel) is a procedure whose
+    request is empty; the cycle never counts an empty request as a distinct query, so a class of such
+    procedures plus one asked in words has one distinct query and fails the gate. The bench's gates counted
+    the empty request as one more (τ-bench folds 2-4 had live skills the cycle never promotes)."""
+    from skillflow.lab.bench.applicability_bench import gated_skills
+
+    runs = []
+    for i in range(6):
+        traj = [user(f"cancel both my trips {i}"), *call("a", "get_user_details"), *call("b", CANCEL)]
+        if i == 0:  # the other one asked for in words
+            traj += [say("the first is cancelled"), user("and the other one too")]
+        traj += [*call("c", CANCEL), say("both cancelled")]
+        runs.append({"task_id": i, "trial": 0, "reward": 1.0, "traj": traj, "info": {"task": {"actions": []}}})
+    path = tmp_path / "tau.json"
+    path.write_text(json.dumps(runs))
+    segs, dialogs = tau_corpus(path)
+    alone = {s.klass for s in segs if s.procedure == (CANCEL,)}
+    assert len(alone) == 1 and sum(s.procedure == (CANCEL,) for s in segs) == 6
+    config = PromotionConfig(promotion_every_n_runs=0)
+    bench = {s.canonical_hash for s in gated_skills(segs, config)}
+    assert not bench & alone  # one distinct request: the gate holds it back
+    assert promoted(engine, tmp_path, segs, dialogs, list(range(len(segs))), config) == bench
 
 
 @pytest.mark.slow

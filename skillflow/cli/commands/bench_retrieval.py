@@ -232,7 +232,17 @@ def _print_every_call(calls: dict[str, Any]) -> None:
     _print_gold(calls)
     single = _table(
         "prepare(query) alone on the held-out first requests (single-turn)",
-        ("set / outcome", "fold", "hit", "wrong", "false", "of it a gold write", "P / N"),
+        (
+            "set / outcome",
+            "fold",
+            "hit",
+            "wrong",
+            "false",
+            "of it a gold write",
+            "P / N",
+            "not seen in training: hit / wrong / false",
+            "seen (twins)",
+        ),
     )
     for name, r in calls.items():
         for fold, f in [*((str(k), f) for k, f in enumerate(r.single_per_fold)), ("pooled", r.single)]:
@@ -244,6 +254,8 @@ def _print_every_call(calls: dict[str, Any]) -> None:
                 f"{f['false']:.3f}",
                 f"{f['false_gold_write']:.3f}" if name.startswith("tau") else "-",
                 f"{f['P']} / {f['N']}",
+                f"{f['hit_unseen']:.3f} / {f['wrong_unseen']:.3f} / {f['false_unseen']:.3f}",
+                str(f["twins"]),
             )
     console.print(single)
     for name, r in calls.items():
@@ -293,6 +305,7 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
             row.update(
                 single_wrong=r.single["wrong"], single_false=r.single["false"],
                 single_false_gold_write=r.single["false_gold_write"],
+                single_false_unseen=r.single["false_unseen"], single_twins=r.single["twins"],
                 # the ceiling beside them: the hindsight floor within every target, chosen on this split's probes
                 hindsight_open_hit=r.hindsight_all["pre_write_open_hit"],
                 hindsight_misleading=r.hindsight_all["misleading"],
@@ -309,13 +322,21 @@ def _print_every_call_cv(calls_cv: dict[str, list[dict[str, Any]]]) -> None:
     """The pooled every-call and single-turn figures per split and their mean: how far the split moves them."""
     cols = ("set / outcome", "seed", "open hit", "pre-write hit", "wrong", "false", "misleading", "of it gold write",
             "no-write share", "gold writes", "no gold write", "re-inject", "outside gold", "reinforce", "single wrong",
-            "single false", "of it gold write", "hindsight: open hit", "hindsight: misleading",
-            "hindsight: no-write")  # fmt: skip
+            "single false", "of it gold write", "single false, unseen", "twins", "hindsight: open hit",
+            "hindsight: misleading", "hindsight: no-write")  # fmt: skip
     table = _table("every model call, pooled, on each split (--cv-seeds) and their mean", cols)
     for name, rows in calls_cv.items():
         for r in rows:
-            keys = (*CV_FIGURES, "single_wrong", "single_false", "single_false_gold_write", *HINDSIGHT_CV)
-            figures = (f"{r[k]:.3f}" for k in keys)
+            keys = (
+                *CV_FIGURES,
+                "single_wrong",
+                "single_false",
+                "single_false_gold_write",
+                "single_false_unseen",
+                "single_twins",
+                *HINDSIGHT_CV,
+            )
+            figures = (f"{r[k]:.3f}" if k != "single_twins" else f"{r[k]:g}" for k in keys)
             table.add_row(name, str(r["seed"]), *figures)
     console.print(table)
 

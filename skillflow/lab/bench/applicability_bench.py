@@ -110,7 +110,8 @@ def tau_segments(path: Path, noop: Sequence[str] = ("think",)) -> list[Seg]:
 def gated_skills(train: Sequence[Seg], config: PromotionConfig, handoffs: Collection[str] = ()) -> list[LiveSkill]:
     """The classes that pass the promotion cycle's gates (:func:`~skillflow.promotion.gates.evaluate_gates` over
     the segments' statistics, every tool's write flag declared by the verb rule the segments were cut with,
-    ``handoffs`` the declared hand-off tools), as live skills."""
+    ``handoffs`` the declared hand-off tools), as live skills. Distinct queries are counted as the cycle counts
+    them: successful runs' non-empty requests (a write made again with no new user message has none)."""
     now = utcnow()
     by: dict[str, list[Seg]] = {}
     for s in train:
@@ -122,7 +123,7 @@ def gated_skills(train: Sequence[Seg], config: PromotionConfig, handoffs: Collec
         stats = ClassStats(
             agent_id="bench", user_id="bench", canonical_hash=k, executions=len(ss), successes=ok,
             failures=len(ss) - ok, unknown=0, success_rate=ok / len(ss),
-            distinct_queries=len({s.query_key for s in ss if s.ok}), first_seen=now, last_seen=now,
+            distinct_queries=len({s.query_key for s in ss if s.ok and s.query_key}), first_seen=now, last_seen=now,
             tool_sequence=" > ".join(ss[0].procedure),
         )  # fmt: skip
         if evaluate_gates(stats, config, now, live_skill=False, declared=declared, handoffs=handoffs).eligible:

@@ -57,6 +57,7 @@ from skillflow.injection.embeddings import Embedder
 from skillflow.injection.history import examples as history_examples
 from skillflow.injection.rule import LiveSkill, Rule, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
+from skillflow.kernel.canonical import normalize_query
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.messages import message_text
 from skillflow.kernel.state import changes_state
@@ -94,6 +95,7 @@ class Single:
     injected: LiveSkill | None
     intents: frozenset[str]
     gold: frozenset[str] | None = None  # the task's gold writes (τ-bench), as :attr:`Dialog.gold`
+    twin: bool = False  # a training conversation opened with the same words (:func:`twins`)
 
 
 @dataclass
@@ -177,18 +179,40 @@ def figures(
 
 
 def single_figures(singles: Sequence[Single]) -> dict[str, float]:
-    """Single-turn hit / wrong over the requests whose label has a skill, false over the rest; and the share of
-    the rest that got the skill of a write the task's gold actions make (the agent never made it)."""
+    """Single-turn hit / wrong over the requests whose label has a skill, false over the rest; the share of the
+    rest that got the skill of a write the task's gold actions make (the agent never made it); and hit / wrong /
+    false again over the requests no training conversation opened with word for word (``*_unseen``; ``twins``
+    counts the others)."""
     pos = [s for s in singles if s.label in s.intents]
     neg = [s for s in singles if s.label not in s.intents]
     gold = sum(s.injected is not None and s.gold is not None and s.injected.intent in s.gold for s in neg)
+    pos_unseen = [s for s in pos if not s.twin]
+    neg_unseen = [s for s in neg if not s.twin]
     return {
         "P": len(pos), "N": len(neg),
         "hit": _share(sum(s.injected is not None and s.injected.intent == s.label for s in pos), len(pos)),
         "wrong": _share(sum(s.injected is not None and s.injected.intent != s.label for s in pos), len(pos)),
         "false": _share(sum(s.injected is not None for s in neg), len(neg)),
         "false_gold_write": _share(gold, len(neg)),
+        "twins": sum(s.twin for s in singles), "P_unseen": len(pos_unseen), "N_unseen": len(neg_unseen),
+        "hit_unseen": _share(sum(s.injected is not None and s.injected.intent == s.label for s in pos_unseen),
+                             len(pos_unseen)),
+        "wrong_unseen": _share(sum(s.injected is not None and s.injected.intent != s.label for s in pos_unseen),
+                               len(pos_unseen)),
+        "false_unseen": _share(sum(s.injected is not None for s in neg_unseen), len(neg_unseen)),
     }  # fmt: skip
+
+
+def first_request(messages: Sequence[Mapping[str, Any]]) -> str:
+    """A conversation's first user message (what a single-turn agent passes to ``prepare``)."""
+    return next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+
+
+def twins(dialogs: Sequence[Dialog]) -> set[str]:
+    """The conversations' first requests as ``normalize_query`` keys: a held-out first request among them was
+    seen word for word in training (API-Bank's scenario groups share openings such as "can you help me delete
+    my account?"; docs/BENCHMARKS.md)."""
+    return {normalize_query(first_request(d.messages)) for d in dialogs}
 
 
 def siblings(dialogs: Sequence[Dialog], handoffs: Collection[str] = ()) -> dict[str, float]:
@@ -334,6 +358,8 @@ def evaluate_calls(
     fitted: list[dict[str, Any]] = []
     plan = outer_folds(segs, dialogs, folds, seed)
     for k, (train, test) in enumerate(plan):
+        held = {dialogs[i].task for i in test}
+        seen = twins([d for d in dialogs if d.task not in held])
         with tenant(gated_skills([segs[i] for i in train], config, handoffs), memo, config) as (sf, skills, store):
             live = list(skills.values())
             examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query)
@@ -348,10 +374,11 @@ def evaluate_calls(
             for i in test:
                 d = dialogs[i]
                 first = next((p for p in d.points), None)
-                query = next((str(m.get("content") or "") for m in d.messages if m.get("role") == "user"), "")
+                query = first_request(d.messages)
                 if first is not None and query.strip():
                     got = sf.prepare(query, USER).skill_ids
-                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents, d.gold))
+                    twin = normalize_query(query) in seen
+                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents, d.gold, twin))
                 if not every_call:
                     continue
                 for p in d.points:
