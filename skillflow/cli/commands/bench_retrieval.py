@@ -306,6 +306,7 @@ def _every_call_cv(splits: list[tuple[int, dict[str, Any]]]) -> dict[str, list[d
                 single_wrong=r.single["wrong"], single_false=r.single["false"],
                 single_false_gold_write=r.single["false_gold_write"],
                 single_false_unseen=r.single["false_unseen"], single_twins=r.single["twins"],
+                single_hit=r.single["hit"], single_hit_unseen=r.single["hit_unseen"],  # in the JSON only
                 # the ceiling beside them: the hindsight floor within every target, chosen on this split's probes
                 hindsight_open_hit=r.hindsight_all["pre_write_open_hit"],
                 hindsight_misleading=r.hindsight_all["misleading"],
