@@ -51,9 +51,14 @@ class ActiveFigures:
     since: str | None
     watermark: str | None = None
     watermark_run: str | None = None
+    # Known outcomes among the activations as they are now, counted up to the grace period (None: judge the grace
+    # on successes + failures). The cumulative counts advance from the watermark and never see an outcome that
+    # changed after it was counted (a conversation's late outcome), so the grace is read from the rows.
+    known: int | None = None
 
     def as_stats(self, baseline: float | None, flagged: bool, checked_at: datetime) -> dict[str, Any]:
         out = asdict(self)
+        out.pop("known")
         out["baseline_success_rate"] = baseline
         out["deviation_rate"] = round(self.deviations / self.activations, 6) if self.activations else 0.0
         out["deviation_flag"] = flagged
@@ -75,8 +80,11 @@ def _after(cond: list[Any], previous: dict[str, Any]) -> list[Any]:
     return [*cond, (sa.created_at > mark) | ((sa.created_at == mark) & (sa.run_id > previous["watermark_run"]))]
 
 
-def active_figures(conn: Connection, skill: SkillRecord, window: int, recount: bool = False) -> ActiveFigures:
-    """Counts since activation (incremental from the stored watermark) plus the last ``window`` known outcomes."""
+def active_figures(
+    conn: Connection, skill: SkillRecord, window: int, recount: bool = False, grace: int = 0
+) -> ActiveFigures:
+    """Counts since activation (incremental from the stored watermark) plus the last ``window`` known outcomes;
+    ``known`` counts the known outcomes as the rows hold them now, up to ``max(window, grace)``."""
     sa = skill_activations.c
     cond: list[Any] = [sa.skill_id == skill.id]
     since = skill.activated_at.isoformat() if skill.activated_at else None
@@ -107,11 +115,13 @@ def active_figures(conn: Connection, skill: SkillRecord, window: int, recount: b
             select(sa.outcome)
             .where(*cond, sa.outcome.in_(KNOWN))
             .order_by(sa.created_at.desc(), sa.run_id.desc())
-            .limit(window)
+            .limit(max(window, grace))
         )
         .scalars()
         .all()
     )
+    known = len(recent)
+    recent = recent[:window]
     ok_recent = sum(1 for o in recent if o == "success")
     n, ok, ko = (
         base["activations"] + int(counts.n),
@@ -131,6 +141,7 @@ def active_figures(conn: Connection, skill: SkillRecord, window: int, recount: b
         since=since,
         watermark=previous["watermark"] if keep_mark else (newest[0].isoformat() if newest else None),
         watermark_run=previous["watermark_run"] if keep_mark else (str(newest[1]) if newest else None),
+        known=known,
     )
 
 
@@ -141,9 +152,9 @@ def baseline_rate(skill: SkillRecord) -> float | None:
 
 
 def decide(figures: ActiveFigures, baseline: float | None, config: PromotionConfig) -> DriftDecision:
-    """Demote when ``known activations >= grace`` and ``rolling < baseline - delta`` (strict)."""
+    """Demote when ``known outcomes >= grace`` and ``rolling < baseline - delta`` (strict)."""
     flagged = figures.activations > 0 and figures.deviations / figures.activations > 0.5
-    known = figures.successes + figures.failures
+    known = figures.known if figures.known is not None else figures.successes + figures.failures
     in_grace = known < config.min_activations_before_drift_check
     if in_grace or baseline is None or figures.rolling_success_rate is None:
         return DriftDecision(False, None, flagged, in_grace)
@@ -232,7 +243,9 @@ def check_skill(
         if row is None or row[0] != SkillStatus.ACTIVE.value:
             return None
         skill = get_skill(conn, skill_id)
-        figures = active_figures(conn, skill, config.drift_window_activations)
+        figures = active_figures(
+            conn, skill, config.drift_window_activations, grace=config.min_activations_before_drift_check
+        )
         baseline = baseline_rate(skill)
         verdict = decide(figures, baseline, config)
         stats = figures.as_stats(baseline, verdict.deviation_flag, utcnow())
