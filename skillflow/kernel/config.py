@@ -91,7 +91,9 @@ class PromotionConfig(BaseModel):
     include_exemplar: bool = Field(False, description="Deprecated; raw source runs are never co-injected")
     drift_window_activations: int = Field(10, ge=1, le=10_000, description="Rolling-rate window")
     demotion_success_delta: float = Field(0.25, ge=0.0, le=1.0, description="Demote when rolling < baseline - delta")
-    min_activations_before_drift_check: int = Field(5, ge=0, description="Grace period (activations with a known outcome)")
+    min_activations_before_drift_check: int = Field(
+        5, ge=0, description="Grace period (activations with a known outcome)"
+    )
     promotion_every_n_runs: int = Field(25, ge=0, description="Cycle cadence in stored runs (0 = manual)")
     # Beyond the configuration reference.
     noop_tools: tuple[str, ...] = Field(("think",), description="Tools dropped from canonical signatures")
