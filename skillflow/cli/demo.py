@@ -65,22 +65,51 @@ TAU_AGENT = "tau-bench-airline"
 DEMO_AGENTS = (AGENT, TAU_AGENT)  # the only agents a demo database holds
 
 
-def _fresh_sqlite(db: str) -> None:
+def _fresh_database(db: str) -> None:
     """Remove the demo's SQLite file before a run, refusing a file that is not a demo's: one holding another
-    agent's runs or skills, or not a skillflow database at all (``--db`` pointed at real data)."""
+    agent's runs or skills, or not a skillflow database at all (``--db`` pointed at real data). A server database
+    cannot be recreated, so the demo runs only on an empty one: any skillflow row there (another tenant's, or an
+    earlier demo's, whose walkthrough would then describe what did not happen) is refused."""
+    from skillflow.cli.errors import CliError
+
     url = make_url(db)
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+    if url.get_backend_name() != "sqlite":
+        if _holds_rows(db):
+            raise CliError(
+                f"--db {safe(url.render_as_string(hide_password=True))}: the database already holds skillflow data; "
+                "the demo cannot recreate a server database, so give it an empty database or schema (or a new "
+                "SQLite file, the default)"
+            )
+        return
+    if not url.database or url.database == ":memory:":
         return
     path = Path(url.database)
     if path.exists() and not _demo_database(path):
-        from skillflow.cli.errors import CliError
-
         raise CliError(
             f"--db {db!r}: {path} holds data that is not the demo's (runs or skills of other agents, or not a "
             "skillflow database); the demo recreates its database, so give it a new file or the default"
         )
     for suffix in ("", "-wal", "-shm"):
         Path(url.database + suffix).unlink(missing_ok=True)
+
+
+def _holds_rows(db: str) -> bool:
+    """Whether the server database at ``db`` has a row in any table that names an agent."""
+    from sqlalchemy import inspect
+
+    from skillflow.storage.schema import agent_tools, skillbox
+
+    engine = make_engine(db)
+    try:
+        with engine.connect() as conn:
+            present = set(inspect(conn).get_table_names())
+            return any(
+                conn.execute(select(t.c.agent_id).limit(1)).first() is not None
+                for t in (workflow_memory, skillbox, agent_tools)
+                if t.name in present
+            )
+    finally:
+        engine.dispose()
 
 
 def _demo_database(path: Path) -> bool:
@@ -211,7 +240,7 @@ def run_simulated(db: str) -> None:
 
     demo = Demo(db, 12)
     demo.step("fresh database: every migration, recorded")
-    _fresh_sqlite(db)
+    _fresh_database(db)
     console.print(f"applied: {', '.join(migrate(demo.engine))}  on {safe(db)}")
 
     demo.step("400 simulated runs per tenant (+150 multi-turn conversations), through the capture API")
@@ -446,7 +475,7 @@ def run_corpus(db: str, corpus: Path) -> None:
     for outcome in ("execution", "reward"):
         demo.step(f"τ-bench GPT-4o airline runs, {outcome} outcome → promotion cycle")
         url = db if outcome == "reward" else db.replace(".db", "-execution.db")
-        _fresh_sqlite(url)
+        _fresh_database(url)
         engine = make_engine(url)
         migrate(engine)
         rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)

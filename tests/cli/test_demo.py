@@ -58,7 +58,7 @@ def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> Non
     from typer.testing import CliRunner
 
     from skillflow.cli import app
-    from skillflow.cli.demo import _fresh_sqlite
+    from skillflow.cli.demo import _fresh_database
     from skillflow.runtime import Skillflow
     from skillflow.storage.engine import make_engine
     from skillflow.storage.migrations import migrate
@@ -73,7 +73,7 @@ def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> Non
     notes = tmp_path / "notes.txt"
     notes.write_text("not a database")
     with pytest.raises(CliError, match="not the demo's"):
-        _fresh_sqlite(f"sqlite:///{notes}")
+        _fresh_database(f"sqlite:///{notes}")
     assert notes.read_text() == "not a database"
     demo = tmp_path / "demo.db"
     engine = make_engine(f"sqlite:///{demo}")
@@ -84,8 +84,41 @@ def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> Non
         .stored
     )
     engine.dispose()
-    _fresh_sqlite(f"sqlite:///{demo}")
+    _fresh_database(f"sqlite:///{demo}")
     assert not demo.exists()
+
+
+@pytest.mark.postgres
+def test_the_demo_refuses_a_server_database_that_holds_any_data(tmp_path: Path, pg_schema_url: str) -> None:
+    """A server database cannot be recreated as the demo's SQLite file is: `skillflow demo --db postgresql://…`
+    wrote its simulated tenants into a database holding real ones, ran its flows over every tenant there, and on a
+    second run printed a walkthrough of things that did not happen (an outside audit). It runs only on an empty
+    database or schema now, and refuses one holding any skillflow row, the demo's own included."""
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+    from skillflow.cli.demo import _fresh_database
+    from skillflow.runtime import Skillflow
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.migrations import migrate
+
+    _fresh_database(pg_schema_url)  # empty: nothing to refuse
+    engine = make_engine(pg_schema_url)
+    migrate(engine)
+    _fresh_database(pg_schema_url)  # migrated, no rows: still empty
+    for agent in ("sim-airline", "support"):  # a demo's earlier run, then a real tenant
+        assert Skillflow(agent_id=agent, engine=engine, spool_dir=tmp_path).record_run("q", "u", [{"tool": "t"}]).stored
+        with pytest.raises(CliError, match="already holds skillflow data"):
+            _fresh_database(pg_schema_url)
+    result = CliRunner().invoke(app, ["demo", "--db", pg_schema_url])
+    assert result.exit_code == 2 and "already holds skillflow data" in result.stderr
+    with engine.connect() as conn:
+        from sqlalchemy import func, select
+
+        from skillflow.storage.schema import workflow_memory
+
+        assert conn.execute(select(func.count()).select_from(workflow_memory)).scalar() == 2
+    engine.dispose()
 
 
 def test_the_demo_restores_the_environment_it_pins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
