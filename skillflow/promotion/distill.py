@@ -271,7 +271,9 @@ class OfflineDistiller:
                 f"- History: version {evidence.version - 1} was demoted ({reason}); verify the outcome after "
                 "the final step."
             )
-        example_run = max(evidence.successes, key=lambda r: r.created_at)
+        # The newest success that carries a request: a write made again with no new user message is stored
+        # with an empty one, which shows nothing of what the procedure answers.
+        example_run = max(evidence.successes, key=lambda r: (bool((r.query or "").strip()), r.created_at))
         example = [f'Request (redacted): "{_example_request(example_run, literals)}"', ""]
         shown_steps = [s for s in example_run.steps if s.get("tool") in declared]
         for i, step in enumerate(shown_steps, start=1):

@@ -63,6 +63,21 @@ def test_no_failures_says_none_observed() -> None:
     assert parse_skill_md(outcome.skill_md).sections["Failure modes observed"] == "None observed in the sampled runs."
 
 
+def test_the_worked_example_shows_a_run_that_carries_a_request() -> None:
+    """A write made again with no new user message (the second of two cancellations) is stored with an empty
+    request; when such a run was the newest success the worked example read `Request (redacted): ""` (an outside
+    audit: 21 of a τ-bench class's 26 runs have none). The newest success with a request is shown instead."""
+    ev = cancel_evidence()
+    newest = max(ev.successes, key=lambda r: r.created_at)
+    silent = replace(newest, id="silent", query="  ", created_at=newest.created_at + timedelta(minutes=5))
+    outcome = OfflineDistiller().distill(replace(ev, successes=[*ev.successes, silent]), 4000)
+    assert outcome.skill_md is not None, outcome.reasons
+    assert 'Request (redacted): ""' not in outcome.skill_md and 'Request (redacted): "' in outcome.skill_md
+    assert outcome.skill_md == OfflineDistiller().distill(ev, 4000).skill_md  # the newest run with a request
+    only = OfflineDistiller().distill(replace(ev, successes=[replace(r, query="") for r in ev.successes]), 4000)
+    assert only.skill_md is not None  # none carries a request: the newest is shown as before
+
+
 def test_redistillation_carries_the_demotion_reason() -> None:
     ev = cancel_evidence(version=2, previous_demotion_reason="drift: rolling 0.40 vs baseline 0.90")
     outcome = OfflineDistiller().distill(ev, 4000)
