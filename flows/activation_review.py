@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from skillflow.kernel.config import load_promotion_config
-from skillflow.kernel.models import SkillStatus
+from skillflow.kernel.models import SkillStatus, with_article
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
 from tasks.common import deployment_of_run, flow_run_id, run_name
 from tasks.events import emit_review
@@ -188,7 +188,7 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
         url = publish_review(evidence)
         if evidence.status not in AWAITING_REVIEW:
             logger.info("skill %s is %s: not awaiting review", evidence.skill_id, evidence.status)
-            return _not_awaiting(evidence, [f"a {evidence.status} skill is not awaiting review"])
+            return _not_awaiting(evidence, [f"{with_article(evidence.status)} skill is not awaiting review"])
         # Round 0 first looks for an answer about this revision stored for this run and not applied: the answer that
         # resumed a suspended review (this execution is the resumed one), or one an earlier attempt got and did not live
         # to apply (its process died: a lost machine, a kill while applying). Later rounds show a new revision.

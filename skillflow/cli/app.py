@@ -9,9 +9,10 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 from typer.core import TyperGroup
 
-from skillflow.cli.errors import CliError, checked_database_url, explain
+from skillflow.cli.errors import CliError, checked_database_url, explain, stdout_closed
 from skillflow.cli.terminal import safe
 from skillflow.kernel.config import (
     CONFIG_PATH_ENV,
@@ -38,6 +39,8 @@ class SkillflowGroup(TyperGroup):
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
             raise
+        except BrokenPipeError:  # a ConnectionError, but no connection failed: the reader of stdout left
+            raise typer.Exit(stdout_closed()) from None
         except Exception as exc:
             error = explain(exc)
             if error is None or _debug(ctx):
@@ -105,12 +108,16 @@ def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig
 def engine_for(db: str | None, migrate: bool = False) -> Engine:
     """An engine for ``--db``, after the schema check (exit 2 naming ``skillflow migrate`` when behind).
 
-    Only ``migrate``, ``serve``, ``deploy`` and ``demo`` pass ``migrate=True``: no other command changes the schema.
+    Only ``migrate``, ``serve``, ``deploy`` and ``demo`` pass ``migrate=True``: no other command changes the schema,
+    and none other creates a SQLite file (exit 2 naming the path: a mistyped one would be left behind, empty).
     """
     from skillflow.storage.migrations import SchemaOutdated, require_current
     from skillflow.storage.migrations import migrate as run_migrations
 
-    engine = make_engine(database_url(db))
+    url = database_url(db)
+    if not migrate:
+        _require_sqlite_file(url)
+    engine = make_engine(url)
     if migrate:
         run_migrations(engine)
         return engine
@@ -120,6 +127,19 @@ def engine_for(db: str | None, migrate: bool = False) -> Engine:
         engine.dispose()
         fail(str(exc))
     return engine
+
+
+def _require_sqlite_file(url: str) -> None:
+    """Fail when ``url`` names a SQLite file that does not exist: opening it would create it and its folders."""
+    parsed = make_url(url)
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or parsed.query.get("uri"):
+        return  # another database, an in-memory one, or a ``file:`` URI whose mode SQLite reads
+    if not Path(database).exists():
+        fail(
+            f"database file {Path(database).absolute()} does not exist: check the path, or create it with "
+            f"`skillflow migrate --db {url}`"
+        )
 
 
 def print_json(value: Any) -> None:

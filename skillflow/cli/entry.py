@@ -52,6 +52,10 @@ def agent_only(argv: list[str], missing: str) -> int:
         return 0
     try:
         return run_migrate(args.db, args.json_out, args.print_oracle)
+    except BrokenPipeError:  # the reader of stdout left (`| head`): not an error (skillflow/cli/errors.py)
+        from skillflow.cli.errors import stdout_closed
+
+        return stdout_closed()
     except Exception as exc:  # an expected failure is one line, a bug keeps its traceback
         from skillflow.cli.errors import explain
         from skillflow.kernel.config import Settings

@@ -9,6 +9,7 @@ every failure does with ``--debug`` or ``SKILLFLOW_DEBUG=1`` (docs/RELIABILITY.m
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, Operati
 from skillflow.kernel.config import ConfigError, Settings
 
 USAGE, FAILED = 2, 1
+STDOUT_CLOSED = 141  # 128 + SIGPIPE: the shell's status of a command whose reader left (`| head`)
 PROJECT_PACKAGES = frozenset({"skillflow", "flows", "tasks"})
 URL_HINT = "a SQLAlchemy URL such as sqlite:////abs/path/skillflow.db or postgresql://user@host:5432/db"
 
@@ -56,6 +58,21 @@ def bad_database_url(url: str, problem: str) -> CliError:
         absolute = os.path.abspath(os.path.expanduser(url))
         return CliError(f"--db {url!r} is a file path, not a database URL: use sqlite:///{absolute}")
     return CliError(f"--db {url!r}: {problem}; expected {URL_HINT}")
+
+
+def stdout_closed() -> int:
+    """After a ``BrokenPipeError``: the reader of stdout left (``skillflow … | head``), which is no error to report.
+
+    Python's own advice (the ``signal`` module's "Note on SIGPIPE"): stdout then points at ``/dev/null``, so the
+    flush at exit does not raise again (docs/RELIABILITY.md, "The CLI's errors")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (a test's capture): nothing to flush there
+        pass
+    finally:
+        os.close(devnull)
+    return STDOUT_CLOSED
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

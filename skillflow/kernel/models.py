@@ -31,6 +31,11 @@ class SkillStatus(enum.StrEnum):
 LIVE_STATUSES = (SkillStatus.CANDIDATE, SkillStatus.SHADOW, SkillStatus.ACTIVE)
 
 
+def with_article(status: str) -> str:
+    """``status`` after its indefinite article, for messages: "an active", "a shadow"."""
+    return f"{'an' if status[:1] in 'aeiou' else 'a'} {status}"
+
+
 class InjectionRole(enum.StrEnum):
     """Instruction authority a skill is rendered with."""
 

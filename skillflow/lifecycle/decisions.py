@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, select, update
 
 from skillflow.injection.embeddings import Embedder
 from skillflow.kernel.config import PromotionConfig, load_promotion_config
-from skillflow.kernel.models import InjectionRole, SkillStatus
+from skillflow.kernel.models import InjectionRole, SkillStatus, with_article
 from skillflow.lifecycle.revisions import current_revision
 from skillflow.promotion.gates import handoff_problem
 from skillflow.promotion.refit import refresh_rule
@@ -85,7 +85,7 @@ def activation_problems(conn: Connection, skill: SkillRecord, role: Role, config
     problems: list[str] = []
     status = SkillStatus(skill.status)
     if status not in (SkillStatus.SHADOW, SkillStatus.CANDIDATE, SkillStatus.ACTIVE):
-        problems.append(f"cannot activate a {status.value} skill")
+        problems.append(f"cannot activate {with_article(status.value)} skill")
     if role not in ("user", "developer"):
         problems.append(f"unknown role {role!r}")
     if role == "developer":
@@ -181,7 +181,7 @@ def _retire(
         if skill.status == to_status.value:
             updated = skill  # asked again: nothing to write; the refit below repairs a crash after the commit
         elif SkillStatus(skill.status) not in allowed_from:
-            raise InvalidTransition(f"cannot move a {skill.status} skill to {to_status.value}")
+            raise InvalidTransition(f"cannot move {with_article(skill.status)} skill to {to_status.value}")
         else:
             updated = transition(
                 conn, skill_id, to_status, actor=actor, reason=reason.strip(), flow_run_id=flow_run_id, seen=skill

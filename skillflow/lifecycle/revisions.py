@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
-from skillflow.kernel.models import ClassStats, EvidenceRun, SkillStatus, utcnow
+from skillflow.kernel.models import ClassStats, EvidenceRun, SkillStatus, utcnow, with_article
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.redact import clean_reason
 from skillflow.promotion.skillmd import SkillMdError, canonical_skill_md, parse_skill_md, procedure_tools
@@ -251,7 +251,9 @@ def edit_skill(
         current = current_revision(conn, skill.id)
         evidence = source_evidence(conn, skill, content)
     if skill.status not in EDITABLE:
-        raise EditRefused([f"cannot edit a {skill.status} skill: only shadow or candidate skills are edited"])
+        raise EditRefused(
+            [f"cannot edit {with_article(skill.status)} skill: only shadow or candidate skills are edited"]
+        )
     if expected_revision is not None and expected_revision != current:
         raise EditRefused([f"revision {expected_revision} is no longer current (now {current}); re-read it"])
     if content == skill.content:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, func, insert, select, update
 
 from skillflow.kernel.canonical import sequence_tools
-from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow
+from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow, with_article
 from skillflow.storage.schema import agent_handoffs, agent_tools, skill_events, skillbox, workflow_memory
 
 RETIRED_STATUSES = (SkillStatus.DEMOTED, SkillStatus.DEPRECATED, SkillStatus.REJECTED)
@@ -371,7 +371,7 @@ def transition(
     if current == to_status and (injection_role is None or injection_role.value == skill.injection_role):
         return skill
     if to_status not in ALLOWED[current]:
-        raise InvalidTransition(f"cannot move a {current.value} skill to {to_status.value}")
+        raise InvalidTransition(f"cannot move {with_article(current.value)} skill to {to_status.value}")
     if to_status in LIVE_STATUSES:  # a legacy duplicate (NULL key) may not go live under a taken name
         holder = name_holder(conn, skill.agent_id, skill.user_id, skill.name)
         if holder is not None and holder.id != skill.id:

@@ -14,11 +14,17 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from tests.support import first_line_then_leave
+
 PIPELINE_ONLY = ("typer", "rich", "click", "prefect", "great_expectations", "openai", "anthropic", "sklearn")
 
 
 def _skillflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The ``skillflow`` console script's entry point, called as installed, without the pipeline's modules."""
+    return subprocess.run(_argv(*args), capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def _argv(*args: str) -> list[str]:
     code = (
         "import sys\n"
         "from importlib.metadata import entry_points\n"
@@ -31,7 +37,7 @@ def _skillflow(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         f"sys.argv = ['skillflow', *{list(args)!r}]\n"
         "sys.exit(ep.load()())\n"
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return [sys.executable, "-c", code]
 
 
 def test_migrate_runs_without_the_pipeline_and_the_runtime_then_records(tmp_path: Path) -> None:
@@ -88,6 +94,13 @@ def test_with_the_pipeline_the_console_script_is_the_whole_cli() -> None:
         timeout=120,
     )
     assert done.returncode == 0 and "demo" in done.stdout and "activate" in done.stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_error_without_the_pipeline(tmp_path: Path) -> None:
+    """``migrate --print-oracle | head -1`` said "connection failed: [Errno 32] Broken pipe" here too (exit 1)."""
+    line, code, stderr = first_line_then_leave(_argv("migrate", "--print-oracle"), cwd=tmp_path)
+    assert line.startswith(b"-- ===== 001_")
+    assert code == 141 and stderr == b"", stderr.decode()
 
 
 def test_debug_shows_the_traceback_without_the_pipeline(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from typer.testing import CliRunner
 
 from skillflow.cli import app
 from skillflow.cli.errors import CliError
+from skillflow.kernel.models import SkillStatus
+from tests.support import first_line_then_leave
 from tests.support.lifecycle import database_with_skill
 
 DOWN_PREFECT = "http://127.0.0.1:9/api"  # nothing listens on port 9
@@ -44,6 +47,33 @@ def test_database_urls_that_cannot_work(here: Path) -> None:
     assert "use sqlite:////tmp/foo.db" in one_error(run("skills", "--db", "/tmp/foo.db"), 2)
     line = one_error(run("skills", "--db", "postgresql://postgres@127.0.0.1:1/x"), 1)
     assert line.startswith("error: database error: ") and "port 1" in line and "--db" in line
+
+
+def test_a_command_that_needs_the_schema_refuses_a_database_file_that_does_not_exist(here: Path) -> None:
+    """`skillflow skills --db sqlite:////tmp/nope_dir/x.db` made the folder and a 4 KiB database, then said it had
+    no schema: a mistyped path left files behind. Only the commands that migrate create one."""
+    missing = here / "nope_dir" / "x.db"
+    url = f"sqlite:///{missing}"
+    for command in (["skills"], ["status"], ["show", "deadbeef00"], ["classes"], ["simulate", "--runs", "1"]):
+        line = one_error(run(*command, "--db", url), 2)
+        assert f"database file {missing} does not exist" in line and f"skillflow migrate --db {url}" in line, line
+        assert not missing.parent.exists(), command
+    line = one_error(run("skills"), 2)  # the default, sqlite:///.skillflow/skillflow.db, in a new folder
+    assert str(here / ".skillflow" / "skillflow.db") in line and not (here / ".skillflow").exists()
+    assert run("migrate", "--db", url).exit_code == 0 and missing.is_file()
+    result = run("skills", "--db", url)
+    assert result.exit_code == 0 and "No skills yet" in result.stdout
+
+
+def test_skills_with_a_filter_that_matches_none_says_so(here: Path) -> None:
+    """`skillflow skills --status shadow` said "No skills yet (run `skillflow cycle`)" beside an active skill."""
+    db, skill = database_with_skill(here / "x.db")
+    result = run("skills", "--status", "shadow", "--status", "demoted", "--db", db)
+    assert result.exit_code == 0 and "No skills yet" not in result.stdout
+    assert "No skill matches --status shadow --status demoted" in " ".join(result.stdout.split())
+    result = run("skills", "--agent-id", "b", "--db", db)
+    assert result.exit_code == 0 and "No skill matches --agent-id b" in result.stdout
+    assert skill.id[:12] in run("skills", "--status", "active", "--db", db).stdout
 
 
 def test_config_file_problems(here: Path) -> None:
@@ -83,6 +113,16 @@ def test_config_says_which_file_it_read(here: Path) -> None:
     (here / "sub").mkdir()
     result = CliRunner().invoke(app, ["config", "--json"], catch_exceptions=False)
     assert '"config_file": "' + str(here / "config" / "skillflow.toml") in result.stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_error(here: Path) -> None:
+    """`skillflow migrate --print-oracle | head -1` printed "error: connection failed: [Errno 32] Broken pipe" and
+    exited 1 (a BrokenPipeError is a ConnectionError); it now stops silently with 141 (128 + SIGPIPE)."""
+    line, code, stderr = first_line_then_leave(
+        [sys.executable, "-m", "skillflow.cli.main", "migrate", "--print-oracle"], cwd=here
+    )
+    assert line.startswith(b"-- ===== 001_")
+    assert code == 141 and stderr == b"", stderr.decode()
 
 
 @pytest.fixture
@@ -133,3 +173,14 @@ def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) 
     assert "no trajectory class" in one_error(run("distill", "abcd", *tenant, SKILLFLOW_CONFIG_PATH=config), 1)
     line = one_error(run("skills", "--db", "mysql://u:s3cret@h/y"), 2)
     assert "driver is not installed" in line and "s3cret" not in line
+
+
+def test_a_refused_move_names_the_status_with_its_article(here: Path) -> None:
+    """`skillflow reject <active id>` said "cannot move a active skill"."""
+    db, skill = database_with_skill(here / "x.db")
+    line = one_error(run("reject", skill.id, "--reason", "dup", "--db", db), 1)
+    assert "cannot move an active skill to rejected" in line
+    db, skill = database_with_skill(here / "y.db", SkillStatus.DEMOTED)
+    assert "cannot move a demoted skill to rejected" in one_error(
+        run("reject", skill.id, "--reason", "x", "--db", db), 1
+    )

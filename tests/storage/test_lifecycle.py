@@ -9,7 +9,7 @@ from skillflow.kernel.models import SkillStatus
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
 from skillflow.lifecycle.review import apply_review_decision, gather_evidence, render_markdown
 from skillflow.storage.schema import agent_tools, skill_events, skillbox, workflow_memory
-from skillflow.storage.skills import InvalidTransition, get_skill
+from skillflow.storage.skills import InvalidTransition, get_skill, transition
 from tests.support.lifecycle import AGENT, class_hash, config, earlier, make_skill, record
 
 
@@ -94,6 +94,17 @@ def test_candidate_never_shadowed_cannot_get_developer_authority(engine: Engine)
         activate_skill(engine, skill.id, role="developer", actor="alice", config=config())
     assert "went through shadow" in str(err.value) or "gone through shadow" in str(err.value)
     assert activate_skill(engine, skill.id, role="user", actor="alice", config=config()).status == "active"
+
+
+def test_a_refused_move_names_each_status_with_its_article(engine: Engine) -> None:
+    """A refused transition said "cannot move a active skill"."""
+    for status in SkillStatus:
+        skill = make_skill(engine, f"class-{status}", status=status, name=f"skill-{status}")
+        to = SkillStatus.DEMOTED if status is SkillStatus.CANDIDATE else SkillStatus.CANDIDATE  # refused from each
+        with engine.begin() as conn, pytest.raises(InvalidTransition) as refused:
+            transition(conn, skill.id, to, actor="bob")
+        article = "an" if status is SkillStatus.ACTIVE else "a"
+        assert str(refused.value) == f"cannot move {article} {status} skill to {to}"
 
 
 def test_reject_and_demote(engine: Engine) -> None:

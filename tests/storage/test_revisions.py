@@ -103,7 +103,7 @@ def test_an_edit_that_passes_is_a_new_revision_and_only_it_can_be_activated(engi
     assert active.status == "active" and active.content == edited(original.content)
     [activated] = events(engine, sid, "activated")
     assert activated["details"]["revision"] == 2
-    with pytest.raises(EditRefused, match="cannot edit a active"):
+    with pytest.raises(EditRefused, match="cannot edit an active"):
         edit_skill(engine, sid, original.content, editor="bob", config=sf.config)
 
 

@@ -29,7 +29,7 @@ from skillflow.cli.app import (
 from skillflow.cli.errors import FAILED
 from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.models import SkillStatus
-from skillflow.storage.schema import skill_events
+from skillflow.storage.schema import skill_events, skillbox
 from skillflow.storage.skills import SkillNotFound, SkillRecord, get_skill, list_skills
 
 if TYPE_CHECKING:
@@ -248,11 +248,19 @@ def skills_cmd(
 ) -> None:
     """List learned skills: status badge, version, role, activation stats, baseline."""
     engine = engine_for(db)
+    filters = [f"--{name} {value}" for name, value in (("agent-id", agent_id), ("user-id", user_id)) if value]
+    filters += [f"--status {s.value}" for s in status or ()]
     with engine.connect() as conn:
         skills = list_skills(conn, agent_id, user_id, statuses=status or None)
+        filtered_out = bool(filters and not skills and conn.execute(select(skillbox.c.id).limit(1)).first())
     engine.dispose()
     if json:
         print_json({"skills": [_skill_json(s) for s in skills]})
+        return
+    if filtered_out:
+        console.print(
+            f"No skill matches {safe(' '.join(filters))} (other skills exist; `skillflow skills` lists them all)."
+        )
         return
     if not skills:
         console.print("No skills yet (run `skillflow cycle`).")
@@ -288,8 +296,6 @@ def _find(conn: Any, skill_id: str) -> SkillRecord:
     try:
         return get_skill(conn, skill_id)
     except SkillNotFound:
-        from skillflow.storage.schema import skillbox
-
         ids = list(conn.execute(select(skillbox.c.id).where(skillbox.c.id.like(skill_id + "%")).limit(2)).scalars())
         if len(ids) == 1:
             return get_skill(conn, ids[0])
