@@ -20,6 +20,7 @@ from tasks.common import deployment_of_run, flow_run_id, run_name
 from tasks.events import emit_review
 from tasks.review import (
     apply_decision,
+    delete_answers,
     earlier_answer,
     expire_review,
     leave_expired_pause,
@@ -31,6 +32,7 @@ from tasks.review import (
 )
 
 AWAITING_REVIEW = ("shadow", "candidate")
+ANSWERS = "review-r"  # the start of every pause key of a review, whatever the revision (``pause_prefix``)
 MAX_EDIT_ROUNDS = 5
 # A suspended review's own timeout on the Prefect server, beyond the expiry run's: a backstop that fails the run
 # only if its expiry never ran (no worker on the pool for a day).
@@ -122,7 +124,7 @@ def pause_key(evidence: ReviewEvidence) -> str:
 
 def pause_prefix(evidence: ReviewEvidence) -> str:
     """The start of every pause key of the revision ``evidence`` shows (the ``-`` keeps r1 apart from r10)."""
-    return f"review-r{evidence.revision}-"
+    return f"{ANSWERS}{evidence.revision}-"
 
 
 def _answer_given(run_id: str | None, evidence: ReviewEvidence, url: str | None) -> ReviewDecision | None:
@@ -153,6 +155,7 @@ def _expire(params: ActivationReviewParams, expires: ReviewExpiry, config: Any) 
     if not expired:
         logger.info("review run %s is no longer waiting under %s: nothing to expire", expires.flow_run_id, expires.key)
         return _not_awaiting(evidence, ["the review is no longer waiting"])
+    delete_answers(expires.flow_run_id, ANSWERS)  # that run has ended: no answer of it will be applied
     if evidence.status != SkillStatus.SHADOW.value:
         return _decided_elsewhere(evidence)
     logger.info("review of skill %s (run %s) timed out: it stays in shadow", params.skill_id, expires.flow_run_id)
@@ -171,11 +174,22 @@ def _decided_elsewhere(evidence: ReviewEvidence) -> ReviewOutcome:
 @flow(name="activation-review", flow_run_name=run_name("review", "skill_id", flow=True), description=DESCRIPTION)
 def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
     """Publish the evidence, pause for the reviewer, apply the decision (an edit starts the review over)."""
-    logger = get_run_logger()
     config = load_promotion_config(overrides=params.config_overrides)
     run_id = flow_run_id()
     if params.expires is not None:  # the run a suspended review scheduled at its timeout
         return _expire(params, params.expires, config)
+    outcome = _review(params, config, run_id)
+    # The run has its outcome (a decision is recorded in skillflow's tables, which a retry reads back): the Prefect
+    # server's raw copies of its answers go, one about another revision never applied too (docs/SECURITY.md). A run
+    # that raised keeps them, for its retry to apply (``_answer_given``).
+    delete_answers(run_id, ANSWERS)
+    return outcome
+
+
+def _review(params: ActivationReviewParams, config: Any, run_id: str | None) -> ReviewOutcome:
+    """The review's rounds: the revision shown, the reviewer's answer, the decision applied; an applied edit shows
+    the new revision in the next round."""
+    logger = get_run_logger()
     deployment = deployment_of_run() if params.wait == "suspend" else None
     for round_ in range(MAX_EDIT_ROUNDS + 1):
         evidence = load_review(params.database_url, params.skill_id, config)
@@ -233,4 +247,5 @@ def activation_review(params: ActivationReviewParams) -> ReviewOutcome:
         emit_review(outcome, evidence.agent_id, evidence.user_id)  # activated / rejected, for automations
         if answer.decision != "edit" or not outcome.applied:
             return outcome
+        delete_answers(run_id, ANSWERS)  # the edit is recorded as a revision; the next round asks about that one
     return outcome

@@ -228,3 +228,41 @@ def earlier_answer(flow_run_id: str | None, key_prefix: str) -> dict[str, object
     except Exception as exc:  # noqa: BLE001 - the reviewer is asked again
         log.warning("could not read an earlier answer of this review: %s", type(exc).__name__)
         return None
+
+
+def delete_answers(flow_run_id: str | None, key_prefix: str) -> int:
+    """Delete from the Prefect server every answer the reviewer gave to this flow run under a pause key starting with
+    ``key_prefix``; returns how many went. The server stores an answer as given (a password in the reason too), and
+    skillflow keeps its own cleaned, redacted copy (docs/SECURITY.md), so called only once that copy is written: after
+    a decision is applied and recorded, or when the run has decided and an answer about another revision will never be
+    applied. Never raises: on a failure the answers stay on the server (the error's class is logged, never a text)."""
+    if not flow_run_id:
+        return 0
+    try:
+        from prefect.exceptions import PrefectHTTPStatusError
+        from prefect.input.actions import delete_flow_run_input, filter_flow_run_input
+
+        run, deleted = UUID(flow_run_id), 0
+        for state in WAIT_STATES:
+            seen: set[str] = set()
+            while True:  # page by page: the server leaves out the keys seen, and a page of none seen ends it anyway
+                page: Any = filter_flow_run_input(
+                    key_prefix=f"{state}-{key_prefix}", limit=100, exclude_keys=seen, flow_run_id=run
+                )
+                fresh = [item for item in page if item.key not in seen]
+                if not fresh:
+                    break
+                for item in fresh:
+                    seen.add(item.key)
+                    if not item.key.endswith("-response"):
+                        continue  # the form's schema and description: no answer in them
+                    try:
+                        delete_flow_run_input(item.key, flow_run_id=run)
+                    except PrefectHTTPStatusError as exc:
+                        if exc.response.status_code != 404:  # 404: already gone (another attempt deleted it)
+                            raise
+                    deleted += 1
+        return deleted
+    except Exception as exc:  # noqa: BLE001 - the decision is applied and recorded; only the server's copy is at stake
+        log.warning("could not delete the reviewer's answers of flow run %s: %s", flow_run_id, type(exc).__name__)
+        return 0

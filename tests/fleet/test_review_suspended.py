@@ -6,7 +6,8 @@ deployment):
 
 * the first run suspends: its process exits, the worker holds nothing for it and does not start it again while it
   waits; a run of the deployment is scheduled at its timeout to expire it. The reviewer's answer resumes it, the
-  worker runs it again from the top, and the decision is applied once, by that run;
+  worker runs it again from the top, and the decision is applied once, by that run, which then deletes the answer
+  from the server (docs/SECURITY.md);
 * the second run's timeout is 3 seconds: its expiry run (started by the same worker) records ``review_timeout``
   for it and ends it Completed; the skill stays in SHADOW.
 """
@@ -66,6 +67,7 @@ def review(url: str, skill_id: str, timeout: int) -> Any:
 @pytest.mark.usefixtures("offline_providers")  # this process's own seeding: no model load
 def test_a_suspended_review_frees_its_worker_resumes_on_the_answer_and_expires_at_its_timeout(tmp_path: Path) -> None:
     from prefect.flow_runs import resume_flow_run
+    from prefect.input.actions import filter_flow_run_input
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
 
     url = f"sqlite:///{tmp_path / 'skillflow.db'}"
@@ -94,6 +96,8 @@ def test_a_suspended_review_frees_its_worker_resumes_on_the_answer_and_expires_a
 
             resume_flow_run(UUID(str(run.id)), run_input=ANSWER)  # the UI's form
             done = until(lambda: (r := read(run.id)).state.is_final() and r, 120, "the resumed review")
+            stored = filter_flow_run_input(key_prefix="", limit=100, flow_run_id=UUID(str(run.id)))
+            assert stored and not [i.key for i in stored if i.key.endswith("-response")]  # applied, then deleted
 
             late = review(url, unanswered, 3)
             ended = until(lambda: (r := read(late.id)).state.is_final() and r, 120, "the expired review")
