@@ -56,7 +56,8 @@ def bench_drift(
 ) -> None:
     """Through the shipped drift check on file SQLite: healthy skills demoted within each horizon, broken ones'
     detection delay, and τ-bench's baselines at promotion against the same classes' held-out rates."""
-    from skillflow.lab.bench.drift_quality import parse_scenarios, parse_settings, run
+    from skillflow.lab.bench.drift_bench import run
+    from skillflow.lab.bench.drift_quality import parse_scenarios, parse_settings
 
     try:
         grid = parse_settings(settings)
