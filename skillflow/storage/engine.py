@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sqlite3
 import threading
 import time
 import weakref
@@ -51,9 +52,20 @@ _SECRET_PARAM = re.compile(r"(?i)passw(?:or)?d|pwd|secret|token")  # not "sslkey
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    # Two connections opening one new file at once (`skillflow migrate` twice, two workers): SQLite can answer the
+    # switch to WAL "database is locked" at once, without its busy handler (the other connection is switching it
+    # too). Asked again until the busy timeout; WAL once set stays, so a later connection's switch is a no-op.
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+    cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
 

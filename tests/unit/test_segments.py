@@ -236,10 +236,20 @@ def test_segmentation_is_linear_in_the_conversation(monkeypatch: pytest.MonkeyPa
     (about 2 s of CPU for 40 000 messages, 0.35 s now). The bound on one call's work is ``MAX_MESSAGES``, not the
     cost of reading them."""
     monkeypatch.setattr(segments, "MAX_MESSAGES", 1_000_000)
-    messages = _turns(10_000)
-    started = time.process_time()  # CPU time: other processes' load on the host does not count
-    assert len(segment_conversation(messages)) == 10_000
-    assert time.process_time() - started < 1.0
+
+    def cpu(turns: int) -> float:  # the fastest of three: a collection or a busy host only ever adds time
+        messages = _turns(turns)
+        best = float("inf")
+        for _ in range(3):
+            started = time.process_time()
+            assert len(segment_conversation(messages)) == turns
+            best = min(best, time.process_time() - started)
+        return best
+
+    # Sixteen times the conversation: about 19 times the CPU here when linear, about 130 with the rest of the
+    # conversation copied at each call (measured with that copy put back). A ratio of two runs in one process, not
+    # a bound in seconds (a loaded CI host took 1.6 s of CPU for 10 000 turns where a quiet one takes 0.35).
+    assert cpu(16_000) / cpu(1_000) < 40
 
 
 def test_segment_run_ids_are_deterministic_per_tenant_and_conversation() -> None:
