@@ -192,6 +192,39 @@ def _announce(
     emit_decision(event, skill, payload(row) if callable(payload) else payload, lifecycle_event_id(row.id))
 
 
+def _open_review(skill_id: str) -> Any:
+    """The open review run of ``skill_id`` on the Prefect server (Scheduled, Pending, Running or Paused, oldest
+    first), or None: none, or the server could not say (starting one then reports why). The run a suspended review
+    schedules at its timeout (``expires``) is not a review. Two commands at the same instant can both start one."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.client.schemas.sorting import FlowRunSort
+
+    open_states = [StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
+    try:
+        with get_client(sync_client=True) as client:
+            deployment = client.read_deployment_by_name(DEPLOYMENT)
+            runs = client.read_flow_runs(
+                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
+                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=open_states))),
+                sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+            )
+    except Exception:  # noqa: BLE001 - no deployment, no server: run_deployment says which
+        return None
+    for run in runs:
+        params = (run.parameters or {}).get("params") or {}
+        if isinstance(params, dict) and params.get("skill_id") == skill_id and not params.get("expires"):
+            return run
+    return None
+
+
 @app.command("review")
 def review_cmd(
     skill_id: IdArg,
@@ -222,6 +255,17 @@ def review_cmd(
         else:
             console.print(safe(hint))
         return
+    ui = str(api).rstrip("/").removesuffix("/api")
+    current = _open_review(full)
+    if current is not None:  # a second form for one skill would only end "not awaiting review" once one is answered
+        if json:
+            print_json({"started": False, "already_open": True, "skill_id": full, "flow_run_id": str(current.id)})
+            return
+        console.print(
+            safe(f"a review of {full} is already open: flow run {current.id} ({current.state_name}) — answer the "
+                 f"form at {ui}/runs/flow-run/{current.id}")
+        )  # fmt: skip
+        return
     from prefect.deployments import run_deployment
 
     try:
@@ -235,7 +279,6 @@ def review_cmd(
             )
         fail(f"could not start {DEPLOYMENT}: {type(exc).__name__}: {exc}", FAILED)
         return
-    ui = str(api).rstrip("/").removesuffix("/api")
     if json:
         print_json({"started": True, "skill_id": full, "flow_run_id": str(run.id)})
         return

@@ -1,0 +1,89 @@
+"""``skillflow review`` of a skill whose review is already open names that run instead of starting another.
+
+Before, a second ``skillflow review ID`` (a reviewer who lost the link, two reviewers) started a second run of
+the ``activation-review`` deployment: two forms for one skill, the second ending "not awaiting review" once the
+first was answered. A review is open while its run is Scheduled, Pending, Running or Paused (suspended); the run
+a suspended review schedules at its timeout (``expires``) is not a review.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from typer.testing import CliRunner
+
+from skillflow.cli import app
+from skillflow.kernel.models import SkillStatus
+from tests.support.lifecycle import database_with_skill
+
+pytestmark = [pytest.mark.prefect]
+
+DEPLOYMENT = "activation-review/activation-review"
+
+
+def _review(db: str, skill_id: str) -> dict[str, Any]:
+    result = CliRunner().invoke(app, ["review", skill_id, "--db", db, "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return json.loads(result.stdout)
+
+
+def _runs(skill_id: str) -> list[Any]:
+    from prefect import get_client
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs()
+    return [r for r in runs if (r.parameters.get("params") or {}).get("skill_id") == skill_id]
+
+
+def _deploy() -> None:
+    from flows.activation_review import activation_review
+
+    activation_review.to_deployment(name="activation-review").apply()
+
+
+def test_a_second_review_of_a_skill_names_the_open_run(prefect_harness: None, tmp_path: Path) -> None:
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    first = _review(db, skill.id)
+    assert first["started"] is True
+    again = _review(db, skill.id)
+    assert again["started"] is False and again["already_open"] is True, again
+    assert again["flow_run_id"] == first["flow_run_id"]
+    assert [str(r.id) for r in _runs(skill.id)] == [first["flow_run_id"]]
+
+    text = CliRunner().invoke(app, ["review", skill.id, "--db", db])
+    assert text.exit_code == 0, text.output
+    assert "already open" in text.stdout and first["flow_run_id"] in text.stdout, text.stdout
+    assert len(_runs(skill.id)) == 1
+
+
+def test_a_review_that_ended_does_not_stop_a_new_one(prefect_harness: None, tmp_path: Path) -> None:
+    from prefect import get_client
+    from prefect.states import Cancelled
+
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    first = _review(db, skill.id)
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(UUID(first["flow_run_id"]), Cancelled(), force=True)
+    second = _review(db, skill.id)
+    assert second["started"] is True and second["flow_run_id"] != first["flow_run_id"]
+    assert len(_runs(skill.id)) == 2
+
+
+def test_another_skill_s_open_review_and_an_expiry_run_do_not_count(prefect_harness: None, tmp_path: Path) -> None:
+    """An open review of another skill, and the run a suspended review scheduled at its timeout for this one
+    (its ``expires`` parameter), leave this skill without an open review."""
+    from prefect.deployments import run_deployment
+
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    run_deployment(DEPLOYMENT, parameters={"params": {"skill_id": "another-skill"}}, timeout=0)
+    expiry = {"skill_id": skill.id, "expires": {"flow_run_id": "00000000-0000-0000-0000-000000000001", "key": "k"}}
+    run_deployment(DEPLOYMENT, parameters={"params": expiry}, timeout=0)
+    started = _review(db, skill.id)
+    assert started["started"] is True, started
