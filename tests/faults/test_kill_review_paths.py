@@ -41,6 +41,7 @@ from tests.conftest import ROOT
 from tests.faults import ops_kill_worker as worker
 from tests.faults.dbdump import dump
 from tests.faults.test_kill_operations import _assert_same_rows, _row, _shadow_cancel, _twin_ids, _url
+from tests.flows.test_review_answer_deleted import stored_inputs
 from tests.support.promotion import config
 
 pytestmark = [pytest.mark.slow, pytest.mark.prefect, pytest.mark.usefixtures("offline_providers")]
@@ -318,6 +319,9 @@ def test_review_killed_on_its_path_then_retried_equals_a_clean_run(
             row = entered(conn, skill_id, outcome.status)
         assert row is not None and [args[4:] for args in sent] == [(events.lifecycle_event_id(row.id),)] * len(sent)
     assert asked == asked_again and _pauses(run_id) - pauses == len(asked_again)
+    # The reviewer's raw answers, the crashed attempt's too, left the Prefect server with the retry's outcome
+    # (docs/SECURITY.md): a kill between a decision's commit and their deletion leaves them only until the retry.
+    assert not [key for key in stored_inputs(run_id) if key.endswith("-response")]
     if not asked_again:  # the retry found the applied decision: it ended without pausing
         assert _state(run_id).type.value == "COMPLETED"
     else:
