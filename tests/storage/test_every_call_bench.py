@@ -318,14 +318,36 @@ def promoted(
     handoffs: Sequence[str] = (),
     strict: bool = True,
 ) -> set[str]:
-    """The classes the shipped path makes live from the training conversations: register the tools (``handoffs``
-    declared), ``record_conversation``, promotion cycles (offline distiller) until nothing more is promoted.
-    ``strict``: every procedure must be stored."""
+    """The classes the shipped path (:func:`shipped`) makes live from the training conversations."""
     from skillflow.injection.applicability import live_skills
+
+    shipped(engine, tmp_path, segs, dialogs, train, config, handoffs, strict)
+    with engine.connect() as conn:
+        return {s.canonical_hash for s in live_skills(conn, "a", "u")}
+
+
+def shipped(
+    engine: Any,
+    tmp_path: Path,
+    segs: Any,
+    dialogs: Any,
+    train: list[int],
+    config: PromotionConfig,
+    handoffs: Sequence[str] = (),
+    strict: bool = True,
+    embedder: Any = None,
+) -> Any:
+    """The shipped path on the training conversations: register the tools (``handoffs`` declared),
+    ``record_conversation``, promotion cycles (offline distiller) until nothing more is promoted; the agent's
+    ``Skillflow`` handle (agent ``a``, user ``u``; ``embedder``, default the hashing one). ``strict``: every
+    procedure must be stored."""
     from skillflow.promotion.cycle import run_partition
     from skillflow.runtime import Skillflow
 
-    sf = Skillflow(agent_id="a", engine=engine, config=config, embedder=HashingEmbedder(), spool_dir=tmp_path / "s")
+    sf = Skillflow(
+        agent_id="a", engine=engine, config=config, embedder=embedder or HashingEmbedder(), spool_dir=tmp_path / "s",
+        continual_learning=True,
+    )  # fmt: skip
     sf.register_tools(sorted({t for s in segs for t in s.procedure} | set(handoffs)), hands_off=sorted(handoffs))
     kept = {segs[i].conversation for i in train}
     for d in dialogs:
@@ -335,8 +357,7 @@ def promoted(
     for _ in range(10):
         if not run_partition(engine, "a", "u", config, force=True).promoted:
             break
-    with engine.connect() as conn:
-        return {s.canonical_hash for s in live_skills(conn, "a", "u")}
+    return sf
 
 
 def test_a_procedure_without_a_request_of_its_own_counts_no_distinct_query(tmp_path: Path, engine: Any) -> None:
@@ -384,18 +405,48 @@ def test_on_api_bank_the_cycle_promotes_the_bench_s_classes(tmp_path: Path, sqli
 
 @pytest.mark.slow
 @pytest.mark.skipif(not (CORPORA / "tau-bench").exists(), reason=f"corpora not present at {CORPORA}")
-def test_on_tau_bench_the_cycle_promotes_the_bench_s_classes(tmp_path: Path, sqlite_engine: Any) -> None:
+def test_on_tau_bench_the_cycle_promotes_the_bench_s_classes_and_prepare_injects_what_the_bench_probed(
+    tmp_path: Path, sqlite_engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same check on τ-bench (execution outcome, seed 0, fold 4, the default configuration, the hand-offs
     declared). The bench's gates counted an empty request (a write made again with no new user message) as a
     distinct query and made a single-call cancel and flight-change class live that the cycle never promotes:
-    6 classes against the cycle's 4."""
+    6 classes against the cycle's 4. Then the figures' own check: ``prepare`` on the shipped tenant (the rule the
+    cycle fitted and stored) before every call of the held-out conversations injects the skill of the class the
+    bench's probe of that call injected (:func:`probe_fold`), or none where it injected none; MiniLM on both
+    sides, as the bench runs (the hashing embedder's fits sit at the similarity floor, where a changed budget
+    moves no call)."""
+    from skillflow.injection.embeddings import get_embedder
     from skillflow.kernel.config import load_promotion_config
     from skillflow.lab.bench.applicability_bench import gated_skills
+    from skillflow.lab.bench.every_call import _so_far, probe_fold
+    from skillflow.lab.bench.retrieval_bench import CachedEmbedder
     from skillflow.lab.ingest.tau_bench import HANDOFF_TOOLS
 
+    monkeypatch.setenv("SKILLFLOW_EMBEDDER", "minilm")  # the cycle's calibration, as the handle and the bench
+    minilm = CachedEmbedder(get_embedder("minilm"))
     segs, dialogs = tau_corpus(CORPORA / "tau-bench" / "gpt-4o-airline.json")
     config = load_promotion_config().model_copy(update={"require_shadow": False, "promotion_every_n_runs": 0})
-    train, _ = outer_folds(segs, dialogs, 5, 0)[4]
+    train, test = outer_folds(segs, dialogs, 5, 0)[4]
     bench = {s.canonical_hash for s in gated_skills([segs[i] for i in train], config, HANDOFF_TOOLS)}
-    live = promoted(sqlite_engine, tmp_path, segs, dialogs, train, config, sorted(HANDOFF_TOOLS), strict=False)
-    assert len(bench) == 4 and live == bench
+    sf = shipped(
+        sqlite_engine, tmp_path, segs, dialogs, train, config, sorted(HANDOFF_TOOLS), strict=False, embedder=minilm
+    )
+    with sqlite_engine.connect() as conn:
+        from skillflow.injection.applicability import live_skills
+
+        live = {s.skill_id: s.canonical_hash for s in live_skills(conn, "a", "u")}
+    assert len(bench) == 4 and set(live.values()) == bench
+
+    fold = probe_fold(segs, dialogs, train, test, minilm, config, k=4, handoffs=HANDOFF_TOOLS)
+    differ = []
+    for probe in fold.probes:
+        query, history, conv = _so_far(probe.dialog.messages[: probe.point.index])
+        got = sf.prepare(query, "u", history=history, conversation=conv).skill_ids
+        mine = live[got[0]] if got else None
+        theirs = probe.injected.canonical_hash if probe.injected else None
+        if mine != theirs:
+            differ.append((probe.dialog.conversation, probe.point.index, theirs, mine))
+    injected = sum(p.injected is not None for p in fold.probes)
+    assert len(fold.probes) > 400 and injected >= 20, (len(fold.probes), injected)  # a comparison, not all-none
+    assert not differ, (len(differ), sum(d[3] is None for d in differ), sum(d[2] is None for d in differ), differ[:10])

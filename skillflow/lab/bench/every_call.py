@@ -54,6 +54,7 @@ from skillflow.capture.segments import READ_ONLY
 from skillflow.injection.calibration import Budget, fit, folds_by_group
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder
+from skillflow.injection.history import HistoryRun
 from skillflow.injection.history import examples as history_examples
 from skillflow.injection.rule import LiveSkill, Rule, decide
 from skillflow.injection.views import NEAREST, VIEWS, vectors
@@ -358,35 +359,13 @@ def evaluate_calls(
     fitted: list[dict[str, Any]] = []
     plan = outer_folds(segs, dialogs, folds, seed)
     for k, (train, test) in enumerate(plan):
-        held = {dialogs[i].task for i in test}
-        seen = twins([d for d in dialogs if d.task not in held])
-        with tenant(gated_skills([segs[i] for i in train], config, handoffs), memo, config) as (sf, skills, store):
-            live = list(skills.values())
-            examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query)
-            t1 = time.perf_counter()
-            rule = fit(examples, live, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
-            fitted.append({"fold": k, "skills": len(live), "examples": len(examples), "view": rule.view,
-                           "strength": rule.strength, "margin": rule.margin, "reason": rule.reason,
-                           "fit_seconds": round(time.perf_counter() - t1, 2), "inner": rule.inner})  # fmt: skip
-            store(rule)
-            progress(f"{corpus} ({outcome}) fold {k}: {len(live)} skills, {len(examples)} call points, {rule.reason}")
-            intents = frozenset(s.intent for s in live)
-            for i in test:
-                d = dialogs[i]
-                first = next((p for p in d.points), None)
-                query = first_request(d.messages)
-                if first is not None and query.strip():
-                    got = sf.prepare(query, USER).skill_ids
-                    twin = normalize_query(query) in seen
-                    singles.append(Single(k, first.label, skills[got[0]] if got else None, intents, d.gold, twin))
-                if not every_call:
-                    continue
-                for p in d.points:
-                    query, history, conv = _so_far(d.messages[: p.index])
-                    got = sf.prepare(query, USER, history=history, conversation=conv).skill_ids
-                    un = _unfloored(rule, conv, query, memo)
-                    nearest = skills.get(un[1]) if un[1] else None
-                    probes.append(Probe(k, d, p, skills[got[0]] if got else None, intents, un[0], nearest))
+        fold = probe_fold(segs, dialogs, train, test, memo, config, k=k, runs=runs, every_call=every_call,
+                          handoffs=handoffs)  # fmt: skip
+        probes += fold.probes
+        singles += fold.singles
+        fitted.append(fold.fitted)
+        progress(f"{corpus} ({outcome}) fold {k}: {fold.fitted['skills']} skills, {fold.fitted['examples']} call "
+                 f"points, {fold.fitted['reason']}")  # fmt: skip
     return CallResult(
         corpus, outcome, len(plan), len(probes),
         [figures([p for p in probes if p.fold == k]) for k in range(len(plan))], figures(probes),
@@ -394,6 +373,69 @@ def evaluate_calls(
         [single_figures([s for s in singles if s.fold == k]) for k in range(len(plan))], fitted,
         time.perf_counter() - t0, siblings(dialogs, handoffs), hindsight(probes, budget, quiet_target=NO_WRITE_TARGET),
     )  # fmt: skip
+
+
+@dataclass
+class FoldProbes:
+    """One outer fold's held-out calls: every call's probe, each first request asked alone, the fitted rule's row."""
+
+    probes: list[Probe]
+    singles: list[Single]
+    fitted: dict[str, Any]
+
+
+def probe_fold(
+    segs: Sequence[Seg],
+    dialogs: Sequence[Dialog],
+    train: Sequence[int],
+    test: Sequence[int],
+    embedder: Embedder,
+    config: PromotionConfig,
+    *,
+    k: int = 0,
+    runs: Sequence[HistoryRun] | None = None,
+    every_call: bool = True,
+    handoffs: Collection[str] = (),
+) -> FoldProbes:
+    """The fold ``k`` of :func:`evaluate_calls`: the training procedures ``train``' gated classes live in a fresh
+    tenant, the rule fitted on their history and stored, then ``prepare`` before every call of the held-out dialogs
+    ``test`` and on each one's first request alone. ``runs``: :func:`history_runs` of ``segs`` (made once per
+    corpus by the caller)."""
+    runs = runs if runs is not None else history_runs(segs)
+    budget = Budget(
+        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
+    )
+    held = {dialogs[i].task for i in test}
+    seen = twins([d for d in dialogs if d.task not in held])
+    probes: list[Probe] = []
+    singles: list[Single] = []
+    with tenant(gated_skills([segs[i] for i in train], config, handoffs), embedder, config) as (sf, skills, store):
+        live = list(skills.values())
+        examples = history_examples([runs[i] for i in train], embedder, VIEWS, redact_query)
+        t1 = time.perf_counter()
+        rule = fit(examples, live, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
+        fitted = {"fold": k, "skills": len(live), "examples": len(examples), "view": rule.view,
+                  "strength": rule.strength, "margin": rule.margin, "reason": rule.reason,
+                  "fit_seconds": round(time.perf_counter() - t1, 2), "inner": rule.inner}  # fmt: skip
+        store(rule)
+        intents = frozenset(s.intent for s in live)
+        for i in test:
+            d = dialogs[i]
+            first = next((p for p in d.points), None)
+            query = first_request(d.messages)
+            if first is not None and query.strip():
+                got = sf.prepare(query, USER).skill_ids
+                twin = normalize_query(query) in seen
+                singles.append(Single(k, first.label, skills[got[0]] if got else None, intents, d.gold, twin))
+            if not every_call:
+                continue
+            for p in d.points:
+                query, history, conv = _so_far(d.messages[: p.index])
+                got = sf.prepare(query, USER, history=history, conversation=conv).skill_ids
+                un = _unfloored(rule, conv, query, embedder)
+                nearest = skills.get(un[1]) if un[1] else None
+                probes.append(Probe(k, d, p, skills[got[0]] if got else None, intents, un[0], nearest))
+    return FoldProbes(probes, singles, fitted)
 
 
 def _unfloored(rule: Rule, conv: Conversation, query: str, embedder: Embedder) -> tuple[float, str | None]:
