@@ -90,6 +90,13 @@ class Budget:
     folds: int = 5
     seed: int = 1
 
+    @classmethod
+    def of(cls, config: PromotionConfig) -> Budget:
+        """The budgets ``config`` sets (``applicability_wrong_budget``, ``_false_budget``, ``_min_negatives``)."""
+        return cls(
+            config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
+        )
+
 
 class _Index(Scores):
     """A score trained on labelled exemplars: sorted by label, and the logistic regression fitted when ``c``."""

@@ -188,12 +188,7 @@ def calibrate(
         log.info("applicability %s/%s: inputs unchanged, the stored rule is kept", agent_id, user_id)
         return summary(kept, fp)
     history = examples(runs, embedder, VIEWS, redact_query, declared)
-    budget = Budget(
-        wrong=config.applicability_wrong_budget,
-        false=config.applicability_false_budget,
-        min_negatives=config.applicability_min_negatives,
-    )
-    rule = fit(history, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
+    rule = fit(history, skills, VIEWS, Budget.of(config), config.retrieval_min_similarity, nearest=NEAREST)
     if not dry_run:
         for attempt in (1, 2):
             try:

@@ -308,20 +308,12 @@ def test_the_bench_s_live_skills_are_what_the_promotion_cycle_promotes(tmp_path:
     assert bench and promoted(engine, tmp_path, segs, dialogs, train, config) == bench
 
 
-def promoted(
-    engine: Any,
-    tmp_path: Path,
-    segs: Any,
-    dialogs: Any,
-    train: list[int],
-    config: PromotionConfig,
-    handoffs: Sequence[str] = (),
-    strict: bool = True,
-) -> set[str]:
-    """The classes the shipped path (:func:`shipped`) makes live from the training conversations."""
+def promoted(engine: Any, *args: Any, **kwargs: Any) -> set[str]:
+    """The classes the shipped path (:func:`shipped`, the same arguments) makes live from the training
+    conversations."""
     from skillflow.injection.applicability import live_skills
 
-    shipped(engine, tmp_path, segs, dialogs, train, config, handoffs, strict)
+    shipped(engine, *args, **kwargs)
     with engine.connect() as conn:
         return {s.canonical_hash for s in live_skills(conn, "a", "u")}
 

@@ -224,9 +224,7 @@ def evaluate(
     tallies = {f"{row}/{lvl}": Tally() for row in ("fitted", "fixed", "ceiling") for lvl in ("intent", "class")}
     scored: list[tuple[float, Seg, LiveSkill | None, bool, bool]] = []  # for the hindsight row
     fitted, times = [], []
-    budget = Budget(
-        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
-    )
+    budget = Budget.of(config)
     plan = list(splits) if splits is not None else list(task_folds(segs, config, folds, seed, handoffs))
     for k, (train, test, skills) in enumerate(plan):
         examples = history_examples([runs[i] for i in train], memo, VIEWS, redact_query, declared)
@@ -405,9 +403,7 @@ def time_prepare(
             with engine.begin() as conn:
                 conn.execute(insert(skillbox), rows)
         examples = history_examples(history_runs(segs), embedder, VIEWS, redact_query)
-        budget = Budget(
-            config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
-        )
+        budget = Budget.of(config)
         rule = fit(examples, skills, VIEWS, budget, config.retrieval_min_similarity, nearest=NEAREST)
         with engine.begin() as conn:
             save_rule(conn, agent, user, fingerprint(conn, agent, user, embedder.model_id), embedder.model_id, rule, 1)

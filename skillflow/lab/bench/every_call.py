@@ -351,9 +351,7 @@ def evaluate_calls(
     t0 = time.perf_counter()
     memo = embedder if isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
     runs = history_runs(segs)
-    budget = Budget(
-        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
-    )
+    budget = Budget.of(config)
     probes: list[Probe] = []
     singles: list[Single] = []
     fitted: list[dict[str, Any]] = []
@@ -402,9 +400,7 @@ def probe_fold(
     ``test`` and on each one's first request alone. ``runs``: :func:`history_runs` of ``segs`` (made once per
     corpus by the caller)."""
     runs = runs if runs is not None else history_runs(segs)
-    budget = Budget(
-        config.applicability_wrong_budget, config.applicability_false_budget, config.applicability_min_negatives
-    )
+    budget = Budget.of(config)
     held = {dialogs[i].task for i in test}
     seen = twins([d for d in dialogs if d.task not in held])
     probes: list[Probe] = []
