@@ -49,6 +49,9 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check skillflow flows tasks tests
 	$(VENV)/bin/mypy
 
+# Concurrency leases on file under PREFECT_HOME, as every server the project starts (skillflow.lab.fleet.SERVER_ENV):
+# a restarted server still knows the slots running chunks hold (docs/guide/ops.md, "What to watch").
+ui: export PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE ?= prefect.server.concurrency.lease_storage.filesystem
 ui: install
 	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from skillflow.cli.uibrowser import browser
 from skillflow.cli.uitour import FORMS, Tour, tour
-from skillflow.lab.fleet import PORT_ATTEMPTS, free_port, port_taken, stop_group
+from skillflow.lab.fleet import PORT_ATTEMPTS, SERVER_ENV, free_port, port_taken, stop_group
 
 QUIET_ENV = {"PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
 
@@ -48,13 +48,14 @@ def _healthy(api_url: str) -> bool:
 
 @contextlib.contextmanager
 def local_prefect_server(home: Path, port: int | None = None, timeout: float = 120.0) -> Iterator[str]:
-    """Run ``prefect server start`` on 127.0.0.1 with PREFECT_HOME=``home``; yield its API URL; stop it.
+    """Run ``prefect server start`` on 127.0.0.1 with PREFECT_HOME=``home`` (and ``SERVER_ENV``, as every server
+    the project starts); yield its API URL; stop it.
 
     A port picked here (``port`` None) may be bound by another process before the server binds it; the server
     then exits saying so and another port is picked (as the fleet harness does); a port the caller gave is kept.
     """
     home.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **QUIET_ENV, "PREFECT_HOME": str(home)}
+    env = {**os.environ, **QUIET_ENV, **SERVER_ENV, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_UI_API_URL", None)
     env["PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT"] = "false"

@@ -5,7 +5,8 @@
 flow-run subprocesses and the server's uvicorn child are in the same group, so nothing is left running.
 ``server_database(dsn)`` gives the server a throwaway PostgreSQL database, as production runs it
 (docs/guide/ops.md): on its default SQLite database the server answers concurrent writes with "database is
-locked" (HTTP 503), and Prefect's client sleeps ~2 s before it retries.
+locked" (HTTP 503), and Prefect's client sleeps ~2 s before it retries. Every server starts with
+:data:`SERVER_ENV`; ``restart_server`` stops it and starts it again on the same port and home.
 """
 
 from __future__ import annotations
@@ -27,8 +28,19 @@ from typing import IO, Any
 
 BIN = Path(sys.executable).parent
 
+# The environment of every Prefect server the project starts (this fleet, `make ui`, `make ui-check`):
+# concurrency leases in files under PREFECT_HOME instead of the server's memory, so a restarted server still
+# knows the slots of `skillflow-partitions` the running chunks hold; their releases then free them, and a
+# lease whose holder died expires and is revoked (docs/guide/ops.md, "What to watch"; docs/RELIABILITY.md).
+LEASE_STORAGE_SETTING = "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE"
+FILESYSTEM_LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+SERVER_ENV = {LEASE_STORAGE_SETTING: FILESYSTEM_LEASE_STORAGE}
 
 PORT_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """The server exited because its port was already bound."""
 
 
 def free_port() -> int:
@@ -184,29 +196,65 @@ class LocalFleet:
             cmd, env=env, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
 
+    def server_env(self) -> dict[str, str]:
+        """The server's environment: :data:`SERVER_ENV` under :meth:`process_env` (so ``env`` may override it)."""
+        env = {**SERVER_ENV, **self.process_env()}
+        env.pop("PREFECT_API_URL")
+        if self.server_db:
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.server_db
+        return env
+
+    def _start_server(self) -> None:
+        """Spawn ``prefect server start`` on ``self.port`` and wait until it is healthy (:class:`PortTaken` when it
+        exited because the port was bound)."""
+        log = self.home / "server.log"
+        offset = log.stat().st_size if log.exists() else 0
+        cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
+        self.server = self._spawn(cmd, self.server_env(), "server.log")
+        try:
+            self._wait(lambda: self._get("/health") is True, 120, "server health")
+        except RuntimeError as exc:
+            if port_taken(log, offset):
+                raise PortTaken(str(exc)) from exc
+            raise
+
     def __enter__(self) -> LocalFleet:
         self.home.mkdir(parents=True, exist_ok=True)
         chosen = not self.port  # a port this fleet picks may be taken before the server binds it: pick again
         started = time.monotonic()
         for attempt in range(PORT_ATTEMPTS):
             self.port = self.port or free_port()
-            env = self.process_env()
-            env.pop("PREFECT_API_URL")
-            if self.server_db:
-                env["PREFECT_API_DATABASE_CONNECTION_URL"] = self.server_db
-            log = self.home / "server.log"
-            offset = log.stat().st_size if log.exists() else 0
-            cmd = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui"]
-            self.server = self._spawn(cmd, env, "server.log")
             try:
-                self._wait(lambda: self._get("/health") is True, 120, "server health")
+                self._start_server()
                 break
-            except RuntimeError:
-                if not chosen or attempt == PORT_ATTEMPTS - 1 or not port_taken(log, offset):
+            except PortTaken:
+                if not chosen or attempt == PORT_ATTEMPTS - 1:
                     raise
                 self.server, self.port = None, 0  # it exited: another process bound the port in between
         self.timings["server_start_s"] = round(time.monotonic() - started, 2)
         return self
+
+    def restart_server(self, attempts: int = 10) -> float:
+        """Stop the server (SIGTERM, as an operator or a host restart does) and start it again on the same port and
+        home: workers and runs hold its URL. Seconds from the stop until it answered ``/health`` again.
+
+        The port is given back at once (the server binds with ``SO_REUSEADDR``); should another process bind it in
+        between, the start is tried again, up to ``attempts`` times, a second apart.
+        """
+        if self.server is None:
+            raise RuntimeError("no server to restart: use the fleet as a context manager first")
+        stopped = time.monotonic()
+        stop_group(self.server, timeout=20)
+        for attempt in range(attempts):
+            try:
+                self._start_server()
+                break
+            except PortTaken:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1)
+        self.timings["server_restart_s"] = round(time.monotonic() - stopped, 2)
+        return self.timings["server_restart_s"]
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -37,6 +37,10 @@ FINISHED_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 MODE_SCAN = 500  # newest promotion reports read to find the newest of each mode
 UNKNOWN = "unknown"
 UNREACHABLE = "unknown: the Prefect API did not answer"
+# On a work pool each running chunk of a cycle (a ``promotion-partitions`` run) holds one slot of the fleet's global
+# concurrency limit (tasks/fanout.py, ``partition_slot``); a run in these states may hold one.
+SLOT_FLOWS = ["promotion-partitions"]
+SLOT_HOLDING_STATES = ["PENDING", "RUNNING", "CANCELLING", "PAUSED"]
 
 
 @dataclass
@@ -62,6 +66,17 @@ class FlowStatus:
     state: str
     last_run_at: datetime | None = None
     last_flow_run_id: str | None = None
+
+
+@dataclass
+class SlotStatus:
+    """The fleet's global concurrency limit: slots taken, and whether they are taken with no chunk to hold them."""
+
+    limit: str
+    active_slots: int
+    chunk_runs: int  # SLOT_FLOWS runs Pending, Running, Cancelling or Paused
+    leaked: bool  # slots taken while no chunk run could hold one: lost releases (docs/guide/ops.md)
+    reset_command: str
 
 
 def _tenant_counts(conn: Connection, agent_id: str | None) -> list[Any]:
@@ -149,15 +164,18 @@ def _prefect_last_run(api_url: str, flow_name: str, timeout: float) -> dict[str,
         "sort": "END_TIME_DESC",
         "limit": 1,
     }
+    runs = _prefect(api_url, "/flow_runs/filter", body, timeout)
+    return runs[0] if runs else None
+
+
+def _prefect(api_url: str, path: str, body: Any, timeout: float) -> Any:
+    """POST ``body`` as JSON to the Prefect API (GET when None); the JSON answer."""
+    data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(
-        f"{api_url.rstrip('/')}/flow_runs/filter",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
+        f"{api_url.rstrip('/')}{path}", data=data, headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # the operator-configured API URL
-        runs = json.loads(resp.read())
-    return runs[0] if runs else None
+        return json.loads(resp.read())
 
 
 def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: float = 3.0) -> list[FlowStatus]:
@@ -190,14 +208,51 @@ def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: flo
     return out
 
 
+def partition_slots(api_url: str, limit: str, timeout: float = 3.0) -> SlotStatus | None:
+    """The slots of the global concurrency limit ``limit`` and the chunk runs that may hold them; None when the
+    limit does not exist (no ``skillflow deploy``) or the API did not answer.
+
+    Slots taken while no ``promotion-partitions`` run is Pending, Running, Cancelling or Paused are leaked: their
+    releases were lost (a Prefect server restarted with its concurrency leases in memory). The limit is read
+    before and after the runs are counted and the smaller count is kept, so a chunk that ends while they are
+    counted is not taken for a leak. While any chunk run is in progress nothing is called leaked, a cycle whose
+    children wait on leaked slots included: this check sees a leak between cycles.
+    """
+    from urllib.parse import quote
+
+    holding = {
+        "flows": {"name": {"any_": SLOT_FLOWS}},
+        "flow_runs": {"state": {"type": {"any_": SLOT_HOLDING_STATES}}},
+    }
+    try:
+        before = _prefect(api_url, f"/v2/concurrency_limits/{quote(limit, safe='')}", None, timeout)
+        runs = int(_prefect(api_url, "/flow_runs/count", holding, timeout))
+        after = _prefect(api_url, f"/v2/concurrency_limits/{quote(limit, safe='')}", None, timeout)
+        active = min(int(before["active_slots"]), int(after["active_slots"]))
+    except (OSError, ValueError, KeyError, TypeError):  # a missing limit is an HTTPError (404), an OSError
+        return None
+    reset = f"prefect gcl update {limit} --active-slots 0"
+    return SlotStatus(limit=limit, active_slots=active, chunk_runs=runs, leaked=active > 0 and runs == 0,
+                      reset_command=reset)  # fmt: skip
+
+
 def collect_status(
-    engine: Engine, config: PromotionConfig, agent_id: str | None = None, prefect_api_url: str | None = None
+    engine: Engine,
+    config: PromotionConfig,
+    agent_id: str | None = None,
+    prefect_api_url: str | None = None,
+    slot_limit: str | None = None,
 ) -> dict[str, Any]:
+    """Tenants and flows; with an API that answers and ``slot_limit`` (the fleet's global limit) also its slots."""
+    flows = flow_status(engine, prefect_api_url)
+    answered = not any(f.state == UNREACHABLE for f in flows)
+    slots = partition_slots(prefect_api_url, slot_limit) if prefect_api_url and slot_limit and answered else None
     return {
         "generated_at": utcnow(),
         "prefect_api": prefect_api_url or None,
         "tenants": [asdict(t) for t in tenant_status(engine, config, agent_id)],
-        "flows": [asdict(f) for f in flow_status(engine, prefect_api_url)],
+        "flows": [asdict(f) for f in flows],
+        "partition_slots": asdict(slots) if slots else None,
     }
 
 

@@ -59,3 +59,16 @@ def test_settings_table_is_in_step_with_the_models() -> None:
 
 def test_ci_runs_make_test() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def test_make_ui_and_the_fleet_docs_start_the_server_with_the_projects_server_env() -> None:
+    """`make ui` starts its server as the fleet harness and `make ui-check` do (``SERVER_ENV``: leases on file),
+    and the README and the operations guide tell an operator the same setting for a fleet's server."""
+    from skillflow.lab.fleet import SERVER_ENV
+
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    ops = (ROOT / "docs" / "guide" / "ops.md").read_text(encoding="utf-8")
+    for name, value in SERVER_ENV.items():
+        assert f"ui: export {name} ?= {value}\n" in makefile
+        assert f"{name}={value} prefect server start" in README
+        assert f"{name}={value}" in ops

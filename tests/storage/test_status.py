@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any, ClassVar
 
+import pytest
 from sqlalchemy import Engine, insert
 from typer.testing import CliRunner
 
 from skillflow.cli import app
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import InjectionRole, SkillStatus, Step
-from skillflow.operations.status import collect_status, list_events
+from skillflow.operations.status import SlotStatus, collect_status, list_events, partition_slots
 from skillflow.runtime import Skillflow
 from skillflow.storage.schema import reports
 from skillflow.storage.skills import insert_skill, transition
@@ -149,3 +153,94 @@ def test_skills_prints_whole_ids_on_a_narrow_terminal(engine: Engine, monkeypatc
     with engine.connect() as conn:
         ids = [s.id[:12] for s in list_skills(conn)]
     assert ids and all(i in result.output for i in ids), result.output
+
+
+class _Slots(BaseHTTPRequestHandler):
+    """A Prefect API that knows one global limit (``active`` answers in turn, the last one repeated) and counts
+    ``runs`` chunk runs in progress."""
+
+    limit = "skillflow-partitions"
+    active: ClassVar[list[int]] = []
+    runs = 0
+    counted: ClassVar[list[dict[str, Any]]] = []
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path != f"/api/v2/concurrency_limits/{self.limit}":
+            self._answer(404, {"detail": "Concurrency Limit not found"})
+            return
+        active = type(self).active
+        self._answer(
+            200, {"name": self.limit, "limit": 1, "active_slots": active.pop(0) if len(active) > 1 else active[0]}
+        )
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if self.path == "/api/flow_runs/count":
+            type(self).counted.append(body)
+            self._answer(200, self.runs)
+        else:
+            self._answer(200, [])  # /flow_runs/filter: no finished run
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def slots_api() -> Iterator[type[_Slots]]:
+    server = HTTPServer(("127.0.0.1", 0), _Slots)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Slots.api = f"http://127.0.0.1:{server.server_port}/api"  # type: ignore[attr-defined]
+    _Slots.active, _Slots.runs, _Slots.counted = [0], 0, []
+    try:
+        yield _Slots
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_slots_taken_with_no_chunk_running_are_reported_leaked_with_the_reset(
+    engine: Engine, slots_api: type[_Slots]
+) -> None:
+    api = slots_api.api  # type: ignore[attr-defined]
+    slots_api.active = [2]
+    leaked = partition_slots(api, "skillflow-partitions")
+    assert leaked == SlotStatus(
+        "skillflow-partitions", 2, 0, True, "prefect gcl update skillflow-partitions --active-slots 0"
+    )
+    [count] = slots_api.counted
+    assert count["flows"]["name"]["any_"] == ["promotion-partitions"]
+    assert set(count["flow_runs"]["state"]["type"]["any_"]) == {"PENDING", "RUNNING", "CANCELLING", "PAUSED"}
+    _seed(engine)
+    result = runner.invoke(app, ["status", "--db", _url(engine), "--prefect-api", api])
+    assert result.exit_code == 0, result.output
+    assert "2 slot(s) of the global concurrency limit skillflow-partitions are taken" in result.output
+    assert "`prefect gcl update skillflow-partitions --active-slots 0`" in result.output  # on one line
+    body = json.loads(runner.invoke(app, ["status", "--db", _url(engine), "--prefect-api", api, "--json"]).output)
+    assert body["partition_slots"]["leaked"] is True and body["partition_slots"]["active_slots"] == 2
+
+
+def test_slots_held_by_running_chunks_or_freed_meanwhile_are_not_leaked(
+    engine: Engine, slots_api: type[_Slots]
+) -> None:
+    api = slots_api.api  # type: ignore[attr-defined]
+    slots_api.active, slots_api.runs = [1], 1  # a chunk runs and holds its slot
+    assert partition_slots(api, "skillflow-partitions") == SlotStatus(
+        "skillflow-partitions", 1, 1, False, "prefect gcl update skillflow-partitions --active-slots 0"
+    )
+    slots_api.active, slots_api.runs = [1, 0], 0  # the chunk ended between the two reads of the limit
+    status = partition_slots(api, "skillflow-partitions")
+    assert status is not None and (status.active_slots, status.leaked) == (0, False)
+    slots_api.active = [0]
+    _seed(engine)
+    result = runner.invoke(app, ["status", "--db", _url(engine), "--prefect-api", api])
+    assert result.exit_code == 0 and "slot(s)" not in result.output, result.output
+    assert partition_slots(api, "another-limit") is None  # not deployed: nothing to say
+    assert partition_slots("http://127.0.0.1:9/api", "skillflow-partitions", timeout=1) is None

@@ -103,12 +103,14 @@ def _when(value: Any) -> str:
 def status_cmd(
     db: DbOption = None, json: JsonOption = False, agent_id: AgentOption = None, prefect_api: PrefectApiOption = None
 ) -> None:
-    """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow."""
+    """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow;
+    slots of the fleet's global concurrency limit taken with no chunk running (leaked)."""
     from skillflow.kernel.config import load_promotion_config
     from skillflow.operations.status import collect_status
+    from tasks.fanout import FleetSettings
 
     engine = engine_for(db)
-    status = collect_status(engine, load_promotion_config(), agent_id, prefect_api)
+    status = collect_status(engine, load_promotion_config(), agent_id, prefect_api, FleetSettings().concurrency_limit)
     if json:
         print_json(status)
         return
@@ -149,6 +151,18 @@ def status_cmd(
         flows.add_row(safe(f["flow"]), _when(f["last_report_at"]), safe(f["last_report_flow_run_id"] or "—"),
                       safe(f["state"]), _when(f["last_run_at"]), safe(f["last_flow_run_id"] or "—"))  # fmt: skip
     console.print(flows)
+    slots = status["partition_slots"]
+    if slots and slots["leaked"]:
+        console.print(
+            visible(
+                f"warning: {slots['active_slots']} slot(s) of the global concurrency limit {slots['limit']} are taken "
+                "while no promotion-partitions run is in progress: their releases were lost (a Prefect server "
+                'restarted with its concurrency leases in memory; docs/guide/ops.md, "What to watch"). With no '
+                f"chunk running, free them: `{slots['reset_command']}`"
+            ),
+            markup=False,
+            soft_wrap=True,  # one line: the command must survive a copy and paste
+        )
 
 
 @app.command("events")
