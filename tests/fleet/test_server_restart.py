@@ -29,6 +29,7 @@ import pytest
 
 from skillflow.lab.fleet import BIN, LocalFleet, unschedule
 from skillflow.operations.status import partition_slots
+from tests.fleet.test_unresponsive import children, read, until
 from tests.support.llm import fleet_llm_env
 from tests.support.promotion import seed_cancels
 
@@ -82,31 +83,6 @@ def slots_until(fleet: LocalFleet, at_most: int, timeout: float) -> int | None:
     while ((n := active_slots(fleet)) is None or n > at_most) and time.monotonic() < deadline:
         time.sleep(0.5)
     return n
-
-
-def until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.5)
-    return found
-
-
-def read(run_id: Any) -> Any:
-    from prefect.client.orchestration import get_client
-
-    with get_client(sync_client=True) as client:
-        return client.read_flow_run(run_id)
-
-
-def children(parent_id: Any) -> list[Any]:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
-
-    with get_client(sync_client=True) as client:
-        flt = FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[parent_id]))
-        return list(client.read_flow_runs(flow_run_filter=flt))
 
 
 def final(run_id: Any, timeout: float) -> Any:
