@@ -84,13 +84,28 @@ def run_migrate(db: str | None, json_out: bool, print_oracle: bool) -> int:
             print(f"-- ===== {path.name} =====\n{path.read_text(encoding='utf-8').rstrip()}\n")
         return 0
     url = checked_database_url(db)
-    applied, current = migrate_database(url)
+    done: list[str] = []
+
+    def applied_one(name: str) -> None:  # committed: said at once, so an interrupted run has said what it applied
+        done.append(name)
+        if not json_out:
+            print(f"applied  {name}", flush=True)
+
+    try:
+        applied, current = migrate_database(url, applied_one)
+    except KeyboardInterrupt:
+        print(
+            f"error: interrupted after {len(done)} migration{'' if len(done) == 1 else 's'} "
+            f"{'was' if len(done) == 1 else 'were'} applied{': ' + ', '.join(done) if done else ''}; each applied "
+            "one is committed and the one in progress was not recorded; run `skillflow migrate` again to apply the "
+            "rest (every migration is re-runnable)",
+            file=sys.stderr,
+        )
+        return 130
     if json_out:
         database = make_url(url).render_as_string(hide_password=True)
         print(json.dumps({"applied": applied, "current": current, "database": database}, indent=2, sort_keys=True))
         return 0
-    for name in applied:
-        print(f"applied  {name}")
     for name in current:
         print(f"current  {name}")
     print(f"{len(applied)} applied, {len(current)} already current")

@@ -312,8 +312,9 @@ def require_known(engine: Engine, recorded: dict[int, str] | None = None) -> Non
         )
 
 
-def migrate(engine: Engine) -> list[str]:
-    """Apply pending migrations in order; each is re-runnable and recorded. Returns the names applied. A database
+def migrate(engine: Engine, on_applied: Callable[[str], None] | None = None) -> list[str]:
+    """Apply pending migrations in order; each is re-runnable and recorded. Returns the names applied; ``on_applied``
+    is told each name once its migration committed (so an interrupted run can say what it applied). A database
     a newer skillflow migrated is refused (:func:`require_known`), never half-migrated by an older one."""
     recorded = applied(engine)
     require_known(engine, recorded)
@@ -334,6 +335,8 @@ def migrate(engine: Engine) -> list[str]:
             conn.execute(insert(schema_migrations).values(version=mig.version, name=mig.name, applied_at=utcnow()))
             conn.commit()
         applied_now.append(mig.name)
+        if on_applied is not None:
+            on_applied(mig.name)
     return applied_now
 
 
@@ -357,13 +360,14 @@ def _recorded(conn: Connection, version: int) -> bool:
     )
 
 
-def migrate_database(url: str) -> tuple[list[str], list[str]]:
-    """``skillflow migrate`` on ``url``: (migrations applied now, migrations that were already current)."""
+def migrate_database(url: str, on_applied: Callable[[str], None] | None = None) -> tuple[list[str], list[str]]:
+    """``skillflow migrate`` on ``url``: (migrations applied now, migrations that were already current);
+    ``on_applied`` as :func:`migrate`'s."""
     from skillflow.storage.engine import make_engine
 
     engine = make_engine(url)
     try:
-        applied = migrate(engine)
+        applied = migrate(engine, on_applied)
         versions = applied_versions(engine)
     finally:
         engine.dispose()

@@ -21,4 +21,6 @@ PrintOracleOption = Annotated[
 @app.command("migrate")
 def migrate_command(db: DbOption = None, json_out: JsonOption = False, print_oracle: PrintOracleOption = False) -> None:
     """Apply pending schema migrations (recorded in schema_migrations; safe to re-run)."""
-    run_migrate(db, json_out, print_oracle)  # the same command an agent-only install runs (skillflow/cli/entry.py)
+    code = run_migrate(db, json_out, print_oracle)  # the same command an agent-only install runs (cli/entry.py)
+    if code:
+        raise typer.Exit(code)
