@@ -8,6 +8,7 @@ schema, naming ``skillflow migrate``: so that one command runs there too (the sa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -89,7 +90,8 @@ def run_migrate(db: str | None, json_out: bool, print_oracle: bool) -> int:
     def applied_one(name: str) -> None:  # committed: said at once, so an interrupted run has said what it applied
         done.append(name)
         if not json_out:
-            print(f"applied  {name}", flush=True)
+            with contextlib.suppress(OSError):  # a reader gone (`| head -1`) stops the output, never the migrations
+                print(f"applied  {name}", flush=True)
 
     try:
         applied, current = migrate_database(url, applied_one)

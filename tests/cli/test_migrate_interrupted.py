@@ -57,3 +57,20 @@ def migrations_engine(url: str) -> object:
     from skillflow.storage.engine import make_engine
 
     return make_engine(url)
+
+
+def test_a_reader_that_leaves_after_the_first_line_stops_no_migration(tmp_path: Path) -> None:
+    """Each ``applied`` line is printed as its migration commits: ``skillflow migrate | head -1`` must still apply
+    them all (a closed pipe stops the output, never the migrations)."""
+    import sys
+
+    from skillflow.storage.engine import make_engine
+    from tests.support import first_line_then_leave
+
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    line, code, stderr = first_line_then_leave(
+        [sys.executable, "-m", "skillflow.cli.main", "migrate", "--db", db], cwd=tmp_path
+    )
+    assert line.startswith(b"applied  001_"), line
+    assert code in (0, 141) and stderr == b"", stderr.decode()
+    assert migrations.applied_versions(make_engine(db)) == {m.version for m in migrations.MIGRATIONS}
