@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -259,16 +258,11 @@ def _review(engine: Engine, skill_id: str, answer: dict[str, str]) -> Any:
     """The review flow in this process with the worker's parameters, answered with ``answer`` (the clean run)."""
     from prefect.flow_runs import resume_flow_run
 
-    from flows.activation_review import activation_review
-    from tests.flows.test_lifecycle_flows import _paused_run_id
+    from tests.flows.test_lifecycle_flows import _paused_run_id, review_in_thread
 
-    result: dict[str, Any] = {}
-    params = worker.review_params(_url(engine), skill_id)
-    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
-    thread.start()
+    outcome = review_in_thread(worker.review_params(_url(engine), skill_id))
     resume_flow_run(UUID(_paused_run_id(skill_id, timeout=120)), run_input=answer)
-    thread.join(timeout=180)
-    return result["outcome"]
+    return outcome()
 
 
 def _row(event_row: str | None) -> str | None:

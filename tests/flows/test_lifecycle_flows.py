@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -84,10 +85,24 @@ def _paused_run_id(skill_id: str, timeout: float = 60.0) -> str:
     raise AssertionError("the review flow never paused")
 
 
+def review_in_thread(params: ActivationReviewParams) -> Callable[[], Any]:
+    """The review flow called directly in a thread (it pauses there, as in a worker's process); returns the wait for
+    its outcome (180 s at most)."""
+    result: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
+    thread.start()
+
+    def outcome() -> Any:
+        thread.join(timeout=180)
+        assert not thread.is_alive(), "the review flow did not end"
+        return result["outcome"]
+
+    return outcome
+
+
 def _review(db_url: str, skill_id: str, run_input: dict[str, Any] | None, timeout: int = 120):  # type: ignore[no-untyped-def]
     from prefect.flow_runs import resume_flow_run
 
-    result: dict[str, Any] = {}
     params = ActivationReviewParams(
         database_url=db_url,
         skill_id=skill_id,
@@ -95,13 +110,10 @@ def _review(db_url: str, skill_id: str, run_input: dict[str, Any] | None, timeou
         poll_interval_seconds=1,
         config_overrides=OVERRIDES,
     )
-    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
-    thread.start()
+    outcome = review_in_thread(params)
     if run_input is not None:
         resume_flow_run(_paused_run_id(skill_id), run_input=run_input)
-    thread.join(timeout=180)
-    assert not thread.is_alive()
-    return result["outcome"]
+    return outcome()
 
 
 def test_review_flow_pauses_and_applies_the_decision(prefect_harness: None, db_url: str, engine: Engine) -> None:
@@ -178,17 +190,13 @@ def test_a_review_whose_skill_was_decided_elsewhere_does_not_time_out(
 
     db_url = str(sqlite_engine.url)
     skill = _skill(sqlite_engine)
-    result: dict[str, Any] = {}
     params = ActivationReviewParams(
         database_url=db_url, skill_id=skill.id, timeout_seconds=6, poll_interval_seconds=1, config_overrides=OVERRIDES
     )
-    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
-    thread.start()
+    waited = review_in_thread(params)
     _paused_run_id(skill.id)
     activate_skill(sqlite_engine, skill.id, actor="cli:ops")
-    thread.join(timeout=180)
-    assert not thread.is_alive()
-    outcome = result["outcome"]
+    outcome = waited()
     assert outcome.applied is False and outcome.status == "active"
     assert outcome.reasons == ["the skill was decided elsewhere: it is active"]
     with sqlite_engine.connect() as conn:

@@ -9,7 +9,6 @@ a password in the reason kept the password in the Prefect database for good.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -18,11 +17,11 @@ import pytest
 from prefect.exceptions import Pause
 from sqlalchemy import Engine, create_engine, select
 
-from flows.activation_review import ActivationReviewParams, activation_review
+from flows.activation_review import ActivationReviewParams
 from skillflow.storage.schema import skill_events, skillbox
 from tests.faults.test_kill_operations import _distilled
 from tests.flows.test_lifecycle_flows import OVERRIDES as PAUSE_OVERRIDES
-from tests.flows.test_lifecycle_flows import _paused_run_id, _skill
+from tests.flows.test_lifecycle_flows import _paused_run_id, _skill, review_in_thread
 from tests.flows.test_review_expiry import OVERRIDES, _answer, _execute, _expiries, _run, _start
 
 pytestmark = [pytest.mark.prefect, pytest.mark.usefixtures("offline_providers")]
@@ -133,13 +132,11 @@ def test_a_paused_review_s_answer_is_deleted_once_applied(prefect_harness: None,
         database_url=str(sqlite_engine.url), skill_id=skill.id, timeout_seconds=120, poll_interval_seconds=1,
         config_overrides=PAUSE_OVERRIDES,
     )  # fmt: skip
-    result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
-    thread.start()
+    waited = review_in_thread(params)
     run_id = _paused_run_id(skill.id)
     resume_flow_run(UUID(run_id), run_input={"decision": "keep_shadow", "reviewer": "alice", "reason": REASON})
-    thread.join(timeout=120)
-    assert not thread.is_alive() and result["outcome"].decision == "keep_shadow" and result["outcome"].applied
+    outcome = waited()
+    assert outcome.decision == "keep_shadow" and outcome.applied
     assert_gone(run_id, SECRET, TOKEN)
     assert "checked; my password is <secret> <secret>" in reasons(sqlite_engine, skill.id)
 

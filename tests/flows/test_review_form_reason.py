@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 from pydantic import ValidationError
 from sqlalchemy import Engine, select
 
-from flows.activation_review import ActivationReviewParams, ReviewDecision, activation_review, review_form
+from flows.activation_review import ActivationReviewParams, ReviewDecision, review_form
 from skillflow.lifecycle.review import ReviewEvidence
 from skillflow.storage.schema import skill_events
 from skillflow.storage.skills import get_skill
-from tests.flows.test_lifecycle_flows import OVERRIDES, _paused_run_id, _skill
+from tests.flows.test_lifecycle_flows import OVERRIDES, _paused_run_id, _skill, review_in_thread
 
 
 @pytest.mark.parametrize("reason", ["", "   ", "\n\t"])
@@ -37,17 +34,14 @@ def test_a_paused_review_refuses_a_rejection_without_reason(prefect_harness: Non
         database_url=str(sqlite_engine.url), skill_id=skill.id, timeout_seconds=120, poll_interval_seconds=1,
         config_overrides=OVERRIDES,
     )  # fmt: skip
-    result: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: result.setdefault("outcome", activation_review(params)))
-    thread.start()
+    waited = review_in_thread(params)
     run_id = _paused_run_id(skill.id)
     with pytest.raises(RuntimeError, match="reason"):
         resume_flow_run(run_id, run_input={"decision": "reject", "reviewer": "alice", "reason": "  "})
     with sqlite_engine.connect() as conn:
         assert get_skill(conn, skill.id).status == "shadow"  # the run stays paused; nothing was applied
     resume_flow_run(run_id, run_input={"decision": "keep_shadow", "reviewer": "alice", "reason": ""})
-    thread.join(timeout=120)
-    assert not thread.is_alive() and result["outcome"].decision == "keep_shadow"
+    assert waited().decision == "keep_shadow"
     with sqlite_engine.connect() as conn:
         assert get_skill(conn, skill.id).status == "shadow"
         events = conn.execute(select(skill_events.c.event).where(skill_events.c.skill_id == skill.id)).scalars()
