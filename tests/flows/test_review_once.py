@@ -87,3 +87,22 @@ def test_another_skill_s_open_review_and_an_expiry_run_do_not_count(prefect_harn
     run_deployment(DEPLOYMENT, parameters={"params": expiry}, timeout=0)
     started = _review(db, skill.id)
     assert started["started"] is True, started
+
+
+def test_the_open_review_is_found_behind_a_page_of_other_skills_reviews(prefect_harness: None, tmp_path: Path) -> None:
+    """Prefect answers a run query one page at a time (200 runs by default): this skill's open review, started
+    after 200 open reviews of other skills, is still found, so no second form starts."""
+    from prefect import get_client
+
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(DEPLOYMENT)
+        for n in range(200):
+            client.create_flow_run_from_deployment(deployment.id, parameters={"params": {"skill_id": f"other-{n}"}})
+    first = _review(db, skill.id)
+    assert first["started"] is True, first
+    again = _review(db, skill.id)
+    assert again["started"] is False and again.get("already_open") is True, again
+    assert again["flow_run_id"] == first["flow_run_id"]
+    assert len(_runs(skill.id)) == 1

@@ -192,6 +192,9 @@ def _announce(
     emit_decision(event, skill, payload(row) if callable(payload) else payload, lifecycle_event_id(row.id))
 
 
+_REVIEW_PAGE = 200  # runs per request (the Prefect server's default page)
+
+
 def _open_review(skill_id: str) -> Any:
     """The open review run of ``skill_id`` on the Prefect server (Scheduled, Pending, Running or Paused, oldest
     first), or None: none, or the server could not say (starting one then reports why). The run a suspended review
@@ -211,18 +214,26 @@ def _open_review(skill_id: str) -> Any:
     try:
         with get_client(sync_client=True) as client:
             deployment = client.read_deployment_by_name(DEPLOYMENT)
-            runs = client.read_flow_runs(
-                deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
-                flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=open_states))),
-                sort=FlowRunSort.EXPECTED_START_TIME_ASC,
-            )
+            offset = 0
+            while True:  # the filter cannot match a parameter, so every open run is read, a page at a time
+                runs = client.read_flow_runs(
+                    deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
+                    flow_run_filter=FlowRunFilter(
+                        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=open_states))
+                    ),
+                    sort=FlowRunSort.EXPECTED_START_TIME_ASC,
+                    limit=_REVIEW_PAGE,
+                    offset=offset,
+                )
+                for run in runs:
+                    params = (run.parameters or {}).get("params") or {}
+                    if isinstance(params, dict) and params.get("skill_id") == skill_id and not params.get("expires"):
+                        return run
+                if len(runs) < _REVIEW_PAGE:
+                    return None
+                offset += len(runs)
     except Exception:  # noqa: BLE001 - no deployment, no server: run_deployment says which
         return None
-    for run in runs:
-        params = (run.parameters or {}).get("params") or {}
-        if isinstance(params, dict) and params.get("skill_id") == skill_id and not params.get("expires"):
-            return run
-    return None
 
 
 @app.command("review")
