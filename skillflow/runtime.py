@@ -11,21 +11,28 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from skillflow.capture import spool
 from skillflow.capture.outcome import CONVERSATION_OUTCOME, ConversationOutcome, Evaluator, check_evaluator
-from skillflow.capture.record import CaptureResult, RunValidationError, normalize_run, normalize_tenant, write_run
+from skillflow.capture.record import (
+    CaptureResult,
+    RunValidationError,
+    normalize_run,
+    normalize_tenant,
+    tool_name,
+    write_run,
+)
 from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
@@ -36,7 +43,7 @@ from skillflow.injection.selection import Selection
 from skillflow.kernel.config import PromotionConfig, continual_learning_default, get_settings, load_promotion_config
 from skillflow.kernel.errors import InputError, WeightsNotInstalled
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
-from skillflow.storage.engine import Budget, Deadline, capture_engine, deadline, set_statement_timeout
+from skillflow.storage.engine import Budget, Deadline, capture_engine, deadline, set_statement_timeout, stale
 from skillflow.storage.migrations import SchemaNewer, require_current
 from skillflow.storage.schema import workflow_memory
 
@@ -46,6 +53,7 @@ log = logging.getLogger("skillflow.runtime")
 # pool slot, or no time left, within it (sqlalchemy.exc.TimeoutError). Either spools the run and opens the breaker
 # (docs/guide/runtime.md, "The spool, and when the database does not answer").
 NOT_ANSWERING = (OperationalError, PoolTimeout)
+T = TypeVar("T")
 
 
 def _flag(value: Any) -> bool | None:
@@ -324,8 +332,7 @@ class Skillflow:
         if self._down() or not self._write_tools(budget=budget):  # a registration not written yet is what was declared
             return self._declared
         try:
-            with self._bound(budget), self.engine.connect() as conn:
-                self._declared = declared_state_changes(conn, self.agent_id)
+            self._declared = self._unit(lambda conn, _: declared_state_changes(conn, self.agent_id), budget)
         except NOT_ANSWERING:
             self._went_down()
         return self._declared
@@ -334,6 +341,23 @@ class Skillflow:
         """One unit of database work under the capture bound, or under what ``budget`` has left."""
         assert self.engine is not None
         return deadline(self.engine, self._timeout) if budget is None else budget.unit()
+
+    def _unit(
+        self, work: Callable[[Connection, Deadline], T], budget: Budget | None = None, *, transaction: bool = False
+    ) -> T:
+        """``work`` on a connection under :meth:`_bound` (in a transaction when ``transaction``), run once more
+        on a new connection when the pooled one was stale: the server restarted, failed over or cut it while
+        idle, so SQLAlchemy invalidated the pool (docs/RELIABILITY.md). A bound that fired is not retried."""
+        assert self.engine is not None
+        for attempt in (1, 2):
+            with self._bound(budget) as bound:
+                try:
+                    with self.engine.begin() if transaction else self.engine.connect() as conn:
+                        return work(conn, bound)
+                except OperationalError as exc:
+                    if attempt == 2 or not stale(exc, bound):
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def record(
         self,
@@ -385,17 +409,14 @@ class Skillflow:
     def _write(self, run: RunInput, conversation: ConversationOutcome | None = None) -> CaptureResult:
         """One bounded write (docs/RELIABILITY.md): a stalled database raises ``OperationalError`` after the
         capture timeout; a stale pooled connection (the server restarted) is retried once on a new one."""
-        assert self.engine is not None and self.config is not None
-        for attempt in (1, 2):
-            with deadline(self.engine, self._timeout) as bound:
-                try:
-                    with self.engine.begin() as conn:
-                        set_statement_timeout(conn, self._timeout)
-                        return write_run(conn, run, self.config, self.workflow_outcome_evaluator, conversation)
-                except OperationalError as exc:
-                    if attempt == 2 or bound.fired or not exc.connection_invalidated:
-                        raise
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+        config = self.config
+        assert config is not None
+
+        def work(conn: Connection, _: Deadline) -> CaptureResult:
+            set_statement_timeout(conn, self._timeout)
+            return write_run(conn, run, config, self.workflow_outcome_evaluator, conversation)
+
+        return self._unit(work, transaction=True)
 
     def _spool(self, run: RunInput, conversation: ConversationOutcome | None = None) -> Path | None:
         assert self.spool_dir is not None
@@ -537,22 +558,26 @@ class Skillflow:
         budget = Budget(engine, self._timeout)
         declared = self._declared_tools(budget) if conversation is not None and conversation.calls else None
         self._check_up()  # the declared flags' read may have found the database down
-        try:
-            selection = select_skills(
-                engine,
-                self._embedder(),
-                self.agent_id,
-                user_id,
-                query,
-                self.config,
-                conversation=conversation,
-                form=redact_query,
-                changes_state=lambda tool: changes_state(tool, declared or None),
-                bound=budget.unit,
-            )
-        except NOT_ANSWERING:
-            self._went_down()
-            raise
+        for attempt in (1, 2):
+            try:
+                selection = select_skills(
+                    engine,
+                    self._embedder(),
+                    self.agent_id,
+                    user_id,
+                    query,
+                    self.config,
+                    conversation=conversation,
+                    form=redact_query,
+                    changes_state=lambda tool: changes_state(tool, declared or None),
+                    bound=budget.unit,
+                )
+                break
+            except NOT_ANSWERING as exc:
+                if attempt == 1 and stale(exc, budget):  # a connection the server closed: once more, same bound
+                    continue
+                self._went_down()
+                raise
         self._came_up()
         return selection
 
@@ -676,9 +701,14 @@ class Skillflow:
         """Audit API: this tenant's recent runs most similar to ``query`` (never injected automatically).
 
         Runs stamped with a promoted skill are excluded unless ``exclude_promoted=False``; similarity is
-        computed over the newest ``candidates`` runs' queries with the configured embedder.
+        computed over the newest ``candidates`` runs' queries with the configured embedder. A ``query`` that is not
+        text is a ``TypeError``, a ``user_id`` capture refuses a ``ValueError``.
         """
         assert self.engine is not None
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, not {type(query).__name__}")
+        query = str.__str__(query)
+        user_id = normalize_tenant("user_id", user_id)
         cols = [
             workflow_memory.c.id,
             workflow_memory.c.query,
@@ -715,7 +745,10 @@ class Skillflow:
         docs/guide/runtime.md); a tool left out follows the tool-name verb rule. ``hands_off`` names the tools
         that hand the conversation off (to a human, another agent): such a tool changes state, and a procedure
         that calls one is not promoted (the ``handoff`` gate, docs/guide/promotion.md). Naming a tool that is
-        not registered, declaring a hand-off read-only, or an ``agent_id`` capture refuses is a ``ValueError``.
+        not registered, declaring a hand-off read-only, a name capture refuses in a step's ``tool`` (not a non-empty
+        string of at most 255 characters, or one with a control character; named by its position), or an
+        ``agent_id`` capture refuses is a ``ValueError``, and nothing is kept. A registration the database refuses
+        otherwise is dropped (logged), never written first by every later capture.
 
         Returns whether the registration was written. While the database is unreachable (within the capture
         bounds, as a capture) it is kept instead: this handle segments with the flags at once, and its next
@@ -726,9 +759,12 @@ class Skillflow:
         assert self.engine is not None
         agent = normalize_tenant("agent_id", self.agent_id)  # as capture reads it: two tenants never share a key
         now = utcnow()
-        tools = sorted({names} if isinstance(names, str) else set(names))  # one name is one tool
-        declared = dict(state_changing or {})
-        handoffs = {hands_off} if isinstance(hands_off, str) else set(hands_off)  # one name is one tool
+        # Each name as capture reads a step's tool (so a run's calls find it), refused naming its position.
+        given = [names] if isinstance(names, str) else list(names)  # one name is one tool
+        tools = sorted({tool_name(n, f"names[{i}]") for i, n in enumerate(given)})
+        declared = {tool_name(n, "a state_changing key"): flag for n, flag in dict(state_changing or {}).items()}
+        named = [hands_off] if isinstance(hands_off, str) else list(hands_off)  # one name is one tool
+        handoffs = {tool_name(n, f"hands_off[{i}]") for i, n in enumerate(named)}
         unknown = sorted((set(declared) | handoffs) - set(tools))
         if unknown:
             raise ValueError(f"state_changing or hands_off names {len(unknown)} tool(s) that are not registered")
@@ -762,11 +798,14 @@ class Skillflow:
 
         assert self.engine is not None
         agent, rows = self._unwritten_tools
+
+        def work(conn: Connection, bound: Deadline) -> None:
+            set_statement_timeout(conn, bound.remaining())
+            replace_tools(conn, agent, rows)
+
         for attempt in (1, 2, 3):  # another process inserted a tool first: written again, it finds the row
             try:
-                with self._bound(budget) as bound, self.engine.begin() as conn:
-                    set_statement_timeout(conn, bound.remaining())
-                    replace_tools(conn, agent, rows)
+                self._unit(work, budget, transaction=True)
                 break
             except IntegrityError:
                 if attempt == 3:
@@ -777,6 +816,10 @@ class Skillflow:
                 log.warning(
                     "database unavailable (%s): the tool registration is kept until it is back", type(exc).__name__
                 )
+                return False
+            except Exception as exc:  # noqa: BLE001 - refused, not unreachable: never written first by every capture
+                self._unwritten_tools = None
+                log.error("tool registration refused by the database (%s): dropped", type(exc).__name__)
                 return False
         self._unwritten_tools = None
         self._came_up()

@@ -47,13 +47,26 @@ class CaptureResult:
 
 
 def clean_text(value: str) -> str:
-    """``value`` storable everywhere: NUL (PostgreSQL text refuses it) and lone surrogates become U+FFFD."""
-    return encodable(value.replace("\x00", "\ufffd"))
+    """``value`` storable everywhere: NUL (PostgreSQL text refuses it) and lone surrogates become U+FFFD; a str
+    subclass is read as its plain text (its own methods are never called)."""
+    return encodable(str.__str__(value).replace("\x00", "\ufffd"))
 
 
 def _clean_str(value: str, limit: int = MAX_STRING_CHARS) -> str:
     # NUL cannot be stored in PostgreSQL text; other control characters are kept as data.
+    value = str.__str__(value)  # a str subclass's own __len__, slicing or replace are never called
     return clean_text(value if len(value) <= limit else value[:limit] + TRUNCATED)
+
+
+def tool_name(value: Any, field: str) -> str:
+    """A tool's name as capture stores it (stripped, lone surrogates as U+FFFD, a str subclass as its plain text),
+    or a :class:`RunValidationError` naming ``field``: not a non-empty string of at most 255 characters, or one
+    holding a control character. A step's tool and a registered tool are read alike."""
+    if not isinstance(value, str) or not (text := str.__str__(value)).strip() or len(text) > 255:
+        raise RunValidationError(f"{field} must be a non-empty string of at most 255 characters")
+    if any(ord(ch) < 32 for ch in text):
+        raise RunValidationError(f"{field} must not contain control characters")
+    return clean_text(text.strip())
 
 
 def safe_str(value: Any, limit: int = MAX_STRING_CHARS, *, use_repr: bool = False) -> str:
@@ -140,10 +153,7 @@ def _step(raw: Any, index: int) -> Step:
         )
     else:
         raise RunValidationError(f"steps[{index}] must be a Step or a mapping")
-    if not isinstance(step.tool, str) or not step.tool.strip() or len(step.tool) > 255:
-        raise RunValidationError(f"steps[{index}].tool must be a non-empty string of at most 255 characters")
-    if any(ord(ch) < 32 for ch in step.tool):
-        raise RunValidationError(f"steps[{index}].tool must not contain control characters")
+    tool = tool_name(step.tool, f"steps[{index}].tool")
     error = None if blank(step.error) else safe_str(step.error, 2000, use_repr=True)
     ts = step.timestamp
     if isinstance(ts, str):
@@ -152,7 +162,7 @@ def _step(raw: Any, index: int) -> Step:
         ts = None
     error_class = step.error_class
     return Step(
-        tool=clean_text(step.tool.strip()),
+        tool=tool,
         arguments=sanitize(step.arguments),
         result=sanitize(step.result),
         error=error or None,
@@ -244,7 +254,7 @@ def _normalize(run: RunInput | Mapping[str, Any]) -> RunInput:
     if len(run.steps) > MAX_STEPS:
         raise RunValidationError(f"a run holds at most {MAX_STEPS} steps")
     run_id = new_id() if blank(run.run_id) else run.run_id
-    if not isinstance(run_id, str) or len(run_id) > MAX_ID_CHARS:
+    if not isinstance(run_id, str) or str.__len__(run_id) > MAX_ID_CHARS:
         raise RunValidationError(f"run_id must be a string of at most {MAX_ID_CHARS} characters")
     err = run.execution_error
     return replace(
@@ -267,9 +277,10 @@ def normalize_conversation_id(value: Any) -> str | None:
     """``conversation_id``: None or "" → none; a string of at most 255 characters without control characters."""
     if blank(value):
         return None
-    if not isinstance(value, str) or len(value) > MAX_TENANT_CHARS or any(ord(ch) < 32 for ch in value):
+    text = str.__str__(value) if isinstance(value, str) else None  # a str subclass's own methods are never called
+    if text is None or len(text) > MAX_TENANT_CHARS or any(ord(ch) < 32 for ch in text):
         raise RunValidationError(f"conversation_id must be a string of at most {MAX_TENANT_CHARS} characters")
-    return clean_text(str.__str__(value))
+    return clean_text(text)
 
 
 def _segment_index(value: Any) -> int | None:

@@ -19,10 +19,11 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, or_, select
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import OperationalError
 
 from skillflow.kernel.config import Settings, get_settings
 from skillflow.kernel.models import SkillStatus
-from skillflow.storage.engine import deadline, set_statement_timeout
+from skillflow.storage.engine import Budget, set_statement_timeout, stale
 from skillflow.storage.schema import skillbox
 
 SOURCE = "learned"
@@ -96,11 +97,18 @@ def _seconds(timeout: float | None) -> float:
 
 def _read(engine: Engine, stmt: Select[Any], timeout: float | None) -> Sequence[RowMapping]:
     """The rows of ``stmt``, read under the capture bound; :class:`SkillsUnreadable` for any database failure."""
-    seconds = _seconds(timeout)
+    budget = Budget(engine, _seconds(timeout))  # one bound, a stale pooled connection's retry included
     try:
-        with deadline(engine, seconds), engine.begin() as conn:
-            set_statement_timeout(conn, seconds)
-            return conn.execute(stmt).mappings().all()
+        for attempt in (1, 2):
+            with budget.unit() as bound:
+                try:
+                    with engine.begin() as conn:
+                        set_statement_timeout(conn, bound.remaining())
+                        return conn.execute(stmt).mappings().all()
+                except OperationalError as exc:  # a connection the server closed is tried once more
+                    if attempt == 2 or not stale(exc, bound):
+                        raise
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
     except Exception as exc:  # down, stalled past the bound, or failed: named by its class only
         raise SkillsUnreadable(type(exc).__name__) from exc
 
@@ -179,8 +187,11 @@ def tool_request(tool_name: str, arguments: Mapping[str, Any] | str | None) -> R
     """What a model's skill tool call asks for, or the ``{"error": ...}`` answer to arguments it cannot use.
 
     Raises ``ValueError`` for a tool that is not a skill tool (the agent routes only :data:`TOOL_NAMES` here)."""
-    if tool_name not in TOOL_NAMES:
-        raise ValueError(f"not a skill tool: {tool_name!r}")
+    if not isinstance(tool_name, str):  # a model's whole tool call passed by mistake: named by its type
+        raise ValueError(f"not a skill tool: a {type(tool_name).__name__}, not a tool name")
+    if str.__str__(tool_name) not in TOOL_NAMES:
+        raise ValueError(f"not a skill tool: {str.__str__(tool_name)!r}")
+    tool_name = str.__str__(tool_name)
     try:
         args: Any = json.loads(arguments) if isinstance(arguments, str) and arguments.strip() else (arguments or {})
         if not isinstance(args, Mapping):

@@ -48,6 +48,19 @@ def recordable_url(url: str) -> str | None:
 
 
 _SECRET_PARAM = re.compile(r"(?i)passw(?:or)?d|pwd|secret|token")  # not "sslkey": a path, shown as paths are
+_USERINFO = re.compile(r"(://[^/@:]*:)[^/@]*@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as the CLI prints it or a log line names it: the password, and a query value whose key reads like
+    one (``?password=``, ``?sslpassword=``, ``?token=``), as ``***``. A URL SQLAlchemy cannot parse has what sits
+    between ``user:`` and ``@`` masked."""
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy reads: mask what looks like a password
+        return _USERINFO.sub(r"\1***@", url)
+    query = {key: "***" if _SECRET_PARAM.search(key) else value for key, value in parsed.query.items()}
+    return parsed.set(query=query).render_as_string(hide_password=True)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any, busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS) -> None:
@@ -281,17 +294,27 @@ class Budget:
     def __init__(self, engine: Engine, seconds: float) -> None:
         self.engine = engine
         self.left = seconds
+        self.fired = False  # a unit's bound fired (its connection was aborted, not found stale)
 
     @contextmanager
     def unit(self) -> Iterator[Deadline]:
         if self.left <= 0:
             raise exc.TimeoutError("the database work's time bound is spent")
         started = time.monotonic()
+        bound: Deadline | None = None
         try:
             with deadline(self.engine, self.left) as bound:
                 yield bound
         finally:
             self.left -= time.monotonic() - started
+            self.fired = self.fired or (bound is not None and bound.fired)
+
+
+def stale(error: BaseException, bound: Deadline | Budget) -> bool:
+    """Whether ``error`` met a pooled connection the server had closed (a restart, a failover, an idle cut-off),
+    not ``bound`` firing: SQLAlchemy then invalidated the pool, so the unit may run once more on a new connection
+    (the agent runtime's engine pings nothing on checkout, :func:`capture_engine`)."""
+    return isinstance(error, exc.OperationalError) and bool(error.connection_invalidated) and not bound.fired
 
 
 def set_statement_timeout(conn: Connection, seconds: float) -> None:
