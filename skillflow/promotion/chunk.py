@@ -15,11 +15,13 @@ per chunk are constant (per 1 000 partitions), whatever the history (docs/guide/
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
@@ -29,6 +31,8 @@ from skillflow.storage.class_stats import completed, fold, read_stats
 from skillflow.storage.counters import SLICE, Counters, read_counters, recounted
 from skillflow.storage.reports import report_id
 from skillflow.storage.schema import reports
+
+log = logging.getLogger(__name__)
 
 Partition = tuple[str, str]
 LEASE_HELD = "lease held by another promotion cycle"
@@ -101,8 +105,28 @@ def prefetch(
     idle = [p for p in wanted if p not in runs]
     done = finished_reports(engine, flow_run_id, idle) if flow_run_id and not dry_run and idle else {}
     due = [p for p in wanted if p in runs and (not dry_run or not counters[p].pending)]  # dry run: aggregate
-    stats: dict[Partition, list[ClassStats]] = {}
-    if due:
-        with engine.connect() as conn:
-            stats = completed(conn, read_stats(conn, due))
+    stats = _read_due(engine, due) if due else {}
     return {p: Prefetched(counters[p], stats.get(p), done.get(p)) for p in wanted}
+
+
+def _read_due(engine: Engine, due: list[Partition]) -> dict[Partition, list[ClassStats]]:
+    """The due partitions' statistics in one read. A value the read cannot take (a row another tool wrote) fails
+    one partition, not the chunk: the partitions are then read one by one, and one whose read fails is left out,
+    so it reads (and fails, alone, as ``partition_failed``) in its own partition. A database error is raised."""
+    try:
+        with engine.connect() as conn:
+            return completed(conn, read_stats(conn, due))
+    except SQLAlchemyError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the class only: the value may be a run's
+        log.warning("chunk read failed (%s): its %d due partitions read one by one", type(exc).__name__, len(due))
+    stats: dict[Partition, list[ClassStats]] = {}
+    for partition in due:
+        try:
+            with engine.connect() as conn:
+                stats.update(completed(conn, read_stats(conn, [partition])))
+        except SQLAlchemyError:
+            raise
+        except Exception:  # noqa: BLE001 - that partition reads for itself and fails there
+            continue
+    return stats

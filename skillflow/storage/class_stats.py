@@ -237,7 +237,10 @@ def _utc(value: Any) -> datetime | None:
     if value is None:
         return None
     if isinstance(value, str):  # naive UTC text: parsed with its offset in one call (the UTC singleton)
-        return datetime.fromisoformat(value + "+00:00")
+        try:
+            return datetime.fromisoformat(value + "+00:00")
+        except ValueError:  # a time written with its offset ("…Z", "…+02:00") by another tool
+            value = datetime.fromisoformat(value)
     stamp: datetime = value
     if stamp.tzinfo is None:
         return stamp.replace(tzinfo=UTC)

@@ -13,6 +13,7 @@ Two overlapping drains must never evaluate the same run at the same time:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,6 +23,8 @@ from sqlalchemy import Connection, bindparam, select, update
 
 from skillflow.kernel.models import utcnow
 from skillflow.storage.schema import workflow_memory
+
+log = logging.getLogger(__name__)
 
 SKIP_LOCKED_DIALECTS = ("postgresql", "oracle")
 DEFAULT_STALE_SECONDS = 300.0
@@ -61,8 +64,22 @@ class PendingRun:
             canonical_hash=row.canonical_hash,
             outcome=row.outcome,
             created_at=row.created_at,
-            evaluations=tuple(row.shadow_evaluations or ()),
+            evaluations=_records(row.id, row.shadow_evaluations),
         )
+
+
+def _records(run_id: str, value: Any) -> tuple[dict[str, Any], ...]:
+    """A run's stored shadow records: a list of objects. Anything else in the column (a row written by another
+    tool or repaired by hand) must not fail the batch of every tenant's runs: what is not a record is left out,
+    logged, and the run is evaluated again; the ``shadow_observations`` index keeps what was already counted (its
+    idempotency keys), and the run's next write stores the records read."""
+    if value is None:
+        return ()
+    records = value if isinstance(value, list) else []
+    kept = tuple(r for r in records if isinstance(r, dict))
+    if len(kept) != len(records) or not isinstance(value, list):
+        log.warning("run %s: %s in its shadow records left out (not a list of objects)", run_id, type(value).__name__)
+    return kept
 
 
 def uses_row_locks(conn: Connection) -> bool:
