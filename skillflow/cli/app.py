@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -22,8 +24,9 @@ from skillflow.kernel.config import (
     PromotionConfig,
     Settings,
     load_promotion_config,
+    pinned_environment,
 )
-from skillflow.storage.engine import make_engine
+from skillflow.storage.engine import make_engine, recordable_url
 from skillflow.storage.types import dumps
 
 # No emoji codes: an untrusted ``:skull:`` stays text (every untrusted value goes through terminal.safe).
@@ -89,6 +92,15 @@ UserOption = Annotated[str | None, typer.Option("--user-id", help="Only this use
 
 
 database_url = checked_database_url  # ``--db`` or ``$SKILLFLOW_DATABASE_URL``, checked: one-line error
+
+
+@contextmanager
+def flow_database(url: str) -> Iterator[str | None]:
+    """The ``database_url`` a flow run this command starts in process may record: ``None`` when ``url`` carries a
+    password (the Prefect server stores every run's parameters and shows them in its UI, docs/guide/ops.md,
+    "Secrets"); the run then reads ``$SKILLFLOW_DATABASE_URL``, pinned to ``url`` while the block runs."""
+    with pinned_environment({"SKILLFLOW_DATABASE_URL": url}):
+        yield recordable_url(url)
 
 
 def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig:

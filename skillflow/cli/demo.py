@@ -29,7 +29,7 @@ from skillflow.kernel.config import load_promotion_config, pinned_environment
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.runtime import Skillflow
 from skillflow.storage.aggregate import aggregate_classes
-from skillflow.storage.engine import make_engine
+from skillflow.storage.engine import make_engine, recordable_url, shown_url
 from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import workflow_memory
 from skillflow.storage.skills import SkillRecord, get_skill, list_skills
@@ -201,7 +201,9 @@ def _skill_for(engine: Engine, user_id: str, sequence: str, statuses: tuple[Skil
 def _cycle(demo: Demo, user_id: str) -> Any:
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
 
-    reports = promotion_cycle(PromotionCycleParams(database_url=demo.db, agent_id=AGENT, user_id=user_id, force=True))
+    reports = promotion_cycle(
+        PromotionCycleParams(database_url=recordable_url(demo.db), agent_id=AGENT, user_id=user_id, force=True)
+    )
     return reports[0]
 
 
@@ -241,7 +243,7 @@ def run_simulated(db: str) -> None:
     demo = Demo(db, 12)
     demo.step("fresh database: every migration, recorded")
     _fresh_database(db)
-    console.print(f"applied: {', '.join(migrate(demo.engine))}  on {safe(db)}")
+    console.print(f"applied: {', '.join(migrate(demo.engine))}  on {safe(shown_url(db))}")
 
     demo.step("400 simulated runs per tenant (+150 multi-turn conversations), through the capture API")
     biz = Skillflow(
@@ -288,7 +290,7 @@ def run_simulated(db: str) -> None:
 
     demo.step("new traffic → shadow evaluation (no LLM, no tool, no injection)")
     _traffic(biz, 150, 11, BUSINESS)
-    drained = shadow_evaluation(ShadowEvaluationParams(database_url=db))
+    drained = shadow_evaluation(ShadowEvaluationParams(database_url=recordable_url(db)))
     console.print(
         f"evaluated {drained.evaluated_runs} runs → {drained.records} shadow records "
         f"({drained.no_candidate} runs matched no shadow skill)"
@@ -334,7 +336,7 @@ def run_simulated(db: str) -> None:
     sequence = tuple(CANCEL.split(" > "))
     hook = _hint_for(biz, BUSINESS, sequence)
     rep = _traffic(biz, 120, 21, BUSINESS, skills_for_query=hook)
-    drift = drift_demotion(DriftDemotionParams(database_url=db))
+    drift = drift_demotion(DriftDemotionParams(database_url=recordable_url(db)))
     mine = next((s for s in drift.skills if s.skill_id == skill.id), None)
     if mine is not None:
         console.print(
@@ -345,7 +347,7 @@ def run_simulated(db: str) -> None:
     demo.step("a tool breaks: cancel_reservation starts failing → drift demotion")
     before = _stamped(demo.engine, skill.id)
     _traffic(biz, 80, 31, BUSINESS, skills_for_query=hook, break_tool=("cancel_reservation", 0))
-    drift_demotion(DriftDemotionParams(database_url=db))
+    drift_demotion(DriftDemotionParams(database_url=recordable_url(db)))
     with demo.engine.connect() as conn:
         demoted = get_skill(conn, skill.id)
     released = [
@@ -364,7 +366,9 @@ def run_simulated(db: str) -> None:
 
     _traffic(biz, 200, 41, BUSINESS)
     report = distill_class(
-        DistillClassParams(database_url=db, agent_id=AGENT, user_id=BUSINESS, canonical_hash=skill.canonical_hash)
+        DistillClassParams(
+            database_url=recordable_url(db), agent_id=AGENT, user_id=BUSINESS, canonical_hash=skill.canonical_hash
+        )
     )
     v2 = _skill_for(demo.engine, BUSINESS, CANCEL, (SkillStatus.SHADOW, SkillStatus.ACTIVE))
     row = _gate_row(report, skill.canonical_hash)
@@ -381,7 +385,7 @@ def run_simulated(db: str) -> None:
 
     demo.step("data quality (Great Expectations)")
     try:
-        quality = data_quality(DataQualityParams(database_url=db))
+        quality = data_quality(DataQualityParams(database_url=recordable_url(db)))
         console.print(
             f"passed={quality.passed} blocking failures={quality.blocking_failures} warnings={quality.warnings} "
             f"({len(quality.checks)} checks)\nHTML report: {Path(quality.html_path or '').resolve()}"
@@ -391,7 +395,9 @@ def run_simulated(db: str) -> None:
 
     demo.step("status")
     _status(demo)
-    console.print(f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {safe(db)}")
+    console.print(
+        f"[bold green]demo finished in {time.monotonic() - demo.started:.0f}s[/] — database {safe(shown_url(db))}"
+    )
 
 
 def _rule_line(engine: Engine, user_id: str) -> str:
@@ -481,10 +487,13 @@ def run_corpus(db: str, corpus: Path) -> None:
         rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)
         console.print(
             f"{rep.runs} runs stored, one per procedure ({rep.with_identity} with a trajectory identity) in "
-            f"{safe(url)}; outcomes {safe(dict(rep.outcomes))}"
+            f"{safe(shown_url(url))}; outcomes {safe(dict(rep.outcomes))}"
         )
         console.print(_class_table(engine, agent, user, limit=10))
-        report = promotion_cycle(PromotionCycleParams(database_url=url, agent_id=agent, force=True))[0]
+        with pinned_environment({"SKILLFLOW_DATABASE_URL": url}):  # the run records no password (ops.md, "Secrets")
+            report = promotion_cycle(
+                PromotionCycleParams(database_url=recordable_url(url), agent_id=agent, force=True)
+            )[0]
         console.print(_report_table(report))
         with engine.connect() as conn:
             sequences = {c.canonical_hash: c.tool_sequence for c in aggregate_classes(conn, agent, user)}
@@ -505,7 +514,9 @@ def run_corpus(db: str, corpus: Path) -> None:
 
 
 def run(db: str, corpus: Path | None = None) -> None:
-    with pinned_environment(DEMO_SETTINGS):  # the shadow path it shows, whatever config the folder has
+    # The shadow path it shows, whatever config the folder has; the flow runs record no password (they read the
+    # database URL pinned here: docs/guide/ops.md, "Secrets").
+    with pinned_environment({**DEMO_SETTINGS, "SKILLFLOW_DATABASE_URL": db}):
         if corpus is not None:
             run_corpus(db, corpus)
         else:

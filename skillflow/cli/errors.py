@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from skillflow.kernel.config import ConfigError, Settings
+from skillflow.storage.engine import shown_url
 
 USAGE, FAILED = 2, 1
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: the shell's status of a command whose reader left (`| head`)
@@ -44,7 +45,7 @@ def checked_database_url(db: str | None) -> str:
     try:
         dialect.import_dbapi()  # the driver: what the engine imports on its first connection
     except ImportError as exc:
-        shown = make_url(url).render_as_string(hide_password=True)
+        shown = shown_url(url)
         raise CliError(
             f"--db {shown!r}: its driver is not installed ({exc.name or exc}); install the extra for the database "
             "(pip install '.[postgres]' or '.[oracle]'), or use another URL"
@@ -57,7 +58,7 @@ def bad_database_url(url: str, problem: str) -> CliError:
     if "://" not in url and (url.startswith(("/", ".", "~")) or url.endswith((".db", ".sqlite", ".sqlite3"))):
         absolute = os.path.abspath(os.path.expanduser(url))
         return CliError(f"--db {url!r} is a file path, not a database URL: use sqlite:///{absolute}")
-    return CliError(f"--db {url!r}: {problem}; expected {URL_HINT}")
+    return CliError(f"--db {shown_url(url)!r}: {problem}; expected {URL_HINT}")
 
 
 def stdout_closed() -> int:

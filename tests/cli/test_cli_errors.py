@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,3 +186,50 @@ def test_a_refused_move_names_the_status_with_its_article(here: Path) -> None:
     assert "cannot move a demoted skill to rejected" in one_error(
         run("reject", skill.id, "--reason", "x", "--db", db), 1
     )
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "doc"),
+    [
+        ("tau-bench", "corpus.json", '[1, 2, "x"]'),
+        ("tau-bench", "corpus.json", '[{"traj": 5}]'),
+        ("tau-bench", "corpus.json", '[{"traj": [1, 2]}]'),
+        ("tau-bench", "corpus.json", '[{"info": 5, "traj": [{"role": "user", "content": "hi"}]}]'),
+        ("tau-bench", "corpus.json", '[{"traj": [{"role": "assistant", "tool_calls": 7}]}]'),
+        ("toolbench", "G1_answer/1_x.json", '{"answer_generation": {"function": [5], "train_messages": [[1]]}}'),
+        ("toolbench", "G1_answer/1_x.json", '{"answer_generation": {"train_messages": 5}}'),
+        ("api-bank", "level-1/x-1.jsonl", "5\n[1]\n"),
+    ],
+)
+def test_a_corpus_of_another_shape_is_one_error_line(
+    here: Path, sqlite_template: Path, source: str, name: str, doc: str
+) -> None:
+    """Found by an outside audit: a τ-bench array of numbers, a ``traj`` that is not a list of messages, an ``info``
+    that is not an object printed a traceback (exit 1); each corpus reader now names what it could not read."""
+    target = here / "corpus" / name
+    target.parent.mkdir(parents=True)
+    target.write_text(doc, encoding="utf-8")
+    given = here / "corpus" if source != "tau-bench" else target
+    shutil.copyfile(sqlite_template, here / "x.db")
+    text = one_error(run("ingest", source, str(given), "--db", f"sqlite:///{here / 'x.db'}"), 2)
+    assert text.startswith(f"error: cannot read {source} corpus: "), text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresq://app:Zq81DbPassw0rd@db.example/skillflow",  # no such dialect
+        "postgresql://app:Zq81DbPassw0rd@db.example:notaport/skillflow",  # not a URL SQLAlchemy parses
+        "postgresql://app@db.example/skillflow?password=Zq81DbPassw0rd&sslmode=verify",
+    ],
+)
+def test_a_database_password_is_never_printed(here: Path, url: str) -> None:
+    """Found by an outside audit: ``skillflow config --json`` printed ``$SKILLFLOW_DATABASE_URL`` whole, and a
+    ``--db`` SQLAlchemy cannot use was echoed whole in its error line; CLI output ends up in CI logs."""
+    shown = run("config", "--json", SKILLFLOW_DATABASE_URL=url)
+    assert "Zq81DbPassw0rd" not in shown.output
+    if "notaport" not in url and "sslmode" not in url:
+        assert json.loads(shown.stdout)["database_url"].startswith("postgresq://app:***@")
+    error = run("skills", "--db", url)
+    assert error.exit_code == (1 if "sslmode" in url else 2), error.output  # a URL it reads: no such host
+    assert "Zq81DbPassw0rd" not in error.output and error.stderr.startswith("error: "), error.stderr

@@ -9,7 +9,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from skillflow.cli.app import AgentOption, DbOption, JsonOption, UserOption, app, console, database_url, engine_for
+from skillflow.cli.app import (
+    AgentOption,
+    DbOption,
+    JsonOption,
+    UserOption,
+    app,
+    console,
+    database_url,
+    engine_for,
+    flow_database,
+)
 from skillflow.cli.terminal import safe
 from skillflow.kernel.models import ClassStats
 from skillflow.storage.aggregate import aggregate_classes, partitions
@@ -100,7 +110,6 @@ def backfill_cmd(
     from flows.backfill_canonical_hashes import backfill_canonical_hashes
     from tasks.backfill import BackfillParams
 
-    params = BackfillParams(database_url=url, dry_run=dry_run, batch_size=batch_size, agent_id=agent_id, force=force)
     columns = (TextColumn("[bold]backfill"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=json, transient=True) as progress:
         bar = progress.add_task("rows", total=todo)
@@ -110,7 +119,11 @@ def backfill_cmd(
 
         backfill.add_listener(on_batch)
         try:
-            report = backfill_canonical_hashes(params)
+            with flow_database(url) as recorded:
+                params = BackfillParams(
+                    database_url=recorded, dry_run=dry_run, batch_size=batch_size, agent_id=agent_id, force=force
+                )
+                report = backfill_canonical_hashes(params)
         finally:
             backfill.remove_listener(on_batch)
     if json:

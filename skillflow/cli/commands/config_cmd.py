@@ -7,6 +7,7 @@ from rich.table import Table
 from skillflow.cli.app import JsonOption, app, console, print_json
 from skillflow.cli.terminal import safe
 from skillflow.kernel.config import DEFAULTS, PromotionConfig, Settings, load_promotion_config, load_schedules
+from skillflow.storage.engine import shown_url
 
 
 def settings_markdown() -> str:
@@ -38,7 +39,7 @@ def config_command(as_json: JsonOption = False, markdown: bool = False) -> None:
                 "source": cfg.source,
                 "promotion": cfg.model_dump(mode="json"),
                 "schedules": schedules,
-                "database_url": settings.database_url,
+                "database_url": shown_url(settings.database_url),  # printed: never its password
                 "embedder": settings.embedder,
                 "distiller": settings.distiller,
                 "judge": settings.judge,

@@ -23,6 +23,7 @@ from skillflow.cli.app import (
     database_url,
     engine_for,
     fail,
+    flow_database,
     print_json,
     promotion_config,
 )
@@ -155,10 +156,16 @@ def cycle_cmd(
     _quiet_prefect(json)
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
 
-    params = PromotionCycleParams(
-        database_url=url, agent_id=agent_id, user_id=user_id, dry_run=dry_run, config_overrides=overrides, force=force
-    )
-    reports = promotion_cycle(params)
+    with flow_database(url) as recorded:
+        params = PromotionCycleParams(
+            database_url=recorded,
+            agent_id=agent_id,
+            user_id=user_id,
+            dry_run=dry_run,
+            config_overrides=overrides,
+            force=force,
+        )
+        reports = promotion_cycle(params)
     if json:
         print_json({"reports": [r.model_dump(mode="json") for r in reports]})
         return
@@ -199,10 +206,11 @@ def distill_cmd(
     _quiet_prefect(json)
     from flows.distill_class import DistillClassParams, distill_class
 
-    params = DistillClassParams(
-        database_url=url, agent_id=agent_id, user_id=user_id, canonical_hash=full, dry_run=dry_run
-    )
-    report = distill_class(params)
+    with flow_database(url) as recorded:
+        params = DistillClassParams(
+            database_url=recorded, agent_id=agent_id, user_id=user_id, canonical_hash=full, dry_run=dry_run
+        )
+        report = distill_class(params)
     if json:
         print_json(report.model_dump(mode="json"))
         return

@@ -18,6 +18,7 @@ from skillflow.lab.ingest.common import (
     DEFAULT_USER_ID,
     IngestReport,
     Progress,
+    corpus_item,
     error_class_for,
     with_timestamps,
     write_runs,
@@ -85,7 +86,9 @@ def parse_api_bank(path: Path, agent_id: str = DEFAULT_AGENT_ID, user_id: str = 
         rel = file.relative_to(path.parent if path.is_file() else path).as_posix()
         records = [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
         digest = hashlib.sha1(rel.encode()).hexdigest()[:12]
-        for turn, (query, steps) in enumerate(_turns(records)):
+        with corpus_item(rel):  # a value of another shape: one error naming the dialog
+            turns = list(_turns(records))
+        for turn, (query, steps) in enumerate(turns):
             runs.append(
                 RunInput(
                     query=query.strip(),

@@ -6,7 +6,8 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -39,6 +40,17 @@ _ERROR_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("invalid_argument", r"invalid|must be|missing|required|wrong|malformed|format|parse|bad request|add up"),
     )
 )
+
+
+@contextmanager
+def corpus_item(where: str) -> Iterator[None]:
+    """Read one item of a corpus (a τ-bench run, a ToolBench answer file, an API-Bank dialog): a value of another
+    shape than the corpus's (a number where a message is, a ``traj`` that is not a list) is a ``ValueError`` naming
+    ``where`` and the error's class, which ``skillflow ingest`` prints as its one error line."""
+    try:
+        yield
+    except (AttributeError, TypeError, KeyError, IndexError) as exc:
+        raise ValueError(f"{where} is not in the corpus's format ({type(exc).__name__})") from None
 
 
 def error_class_for(message: str, prefix: str = "Error") -> str:

@@ -25,6 +25,7 @@ from skillflow.lab.ingest.common import (
     IngestReport,
     OutcomeMode,
     Progress,
+    corpus_item,
     decode_arguments,
     decode_json,
     error_class_for,
@@ -124,29 +125,36 @@ def parse_tau_bench(
     if not isinstance(data, list):
         raise ValueError("a τ-bench trajectory file is a JSON array of runs")
     runs: list[RunInput] = []
-    for episode in data:
-        if unit == "conversation":
-            runs.extend(_segments(episode, agent_id, user_id))
-            continue
-        task = (episode.get("info") or {}).get("task") or {}
-        for turn, (query, steps) in enumerate(_turns(episode.get("traj") or [])):
-            runs.append(
-                RunInput(
-                    query=query.replace(STOP_MARKER, "").strip(),
-                    agent_id=agent_id,
-                    user_id=user_id,
-                    steps=tuple(steps),
-                    run_id=f"tau-{episode.get('task_id')}-{episode.get('trial')}-{turn}",
-                    metadata={
-                        "source": "tau-bench",
-                        "task_id": episode.get("task_id"),
-                        "trial": episode.get("trial"),
-                        "turn": turn,
-                        "customer_id": task.get("user_id"),
-                        "reward": episode.get("reward"),
-                    },
-                )
+    for position, episode in enumerate(data):
+        with corpus_item(f"run {position} of {Path(path).name}"):
+            runs.extend(_episode(episode, agent_id, user_id, unit))
+    return runs
+
+
+def _episode(episode: Mapping[str, Any], agent_id: str, user_id: str, unit: Unit) -> list[RunInput]:
+    """One episode's runs: per procedure (:func:`_segments`) or per user turn."""
+    if unit == "conversation":
+        return _segments(episode, agent_id, user_id)
+    runs: list[RunInput] = []
+    task = (episode.get("info") or {}).get("task") or {}
+    for turn, (query, steps) in enumerate(_turns(episode.get("traj") or [])):
+        runs.append(
+            RunInput(
+                query=query.replace(STOP_MARKER, "").strip(),
+                agent_id=agent_id,
+                user_id=user_id,
+                steps=tuple(steps),
+                run_id=f"tau-{episode.get('task_id')}-{episode.get('trial')}-{turn}",
+                metadata={
+                    "source": "tau-bench",
+                    "task_id": episode.get("task_id"),
+                    "trial": episode.get("trial"),
+                    "turn": turn,
+                    "customer_id": task.get("user_id"),
+                    "reward": episode.get("reward"),
+                },
             )
+        )
     return runs
 
 

@@ -25,6 +25,7 @@ from skillflow.lab.ingest.common import (
     IngestReport,
     OutcomeMode,
     Progress,
+    corpus_item,
     decode_arguments,
     decode_json,
     error_class_for,
@@ -90,36 +91,37 @@ def parse_toolbench(
     tools: set[str] = set()
     skipped: Counter[str] = Counter()
     for file in _answer_files(path):
-        doc = json.loads(file.read_text(encoding="utf-8"))
-        gen = doc.get("answer_generation") if isinstance(doc, Mapping) else None
-        if not isinstance(gen, Mapping):
-            skipped["not an answer file"] += 1
-            continue
-        tools.update(str(f.get("name")) for f in gen.get("function") or [] if f.get("name") != FINISH)
-        messages = gen.get("train_messages") or []
-        if not messages:
-            skipped[NO_PATH] += 1
-            continue
-        steps = chosen_path(messages[-1])
-        tools.update(s.tool for s in steps)
-        rel = file.relative_to(path.parent if path.is_file() else path).as_posix()
-        group = file.parent.name.split("_")[0]
-        runs.append(
-            RunInput(
-                query=str(gen.get("query") or "").strip(),
-                agent_id=agent_id,
-                user_id=user_id,
-                steps=tuple(steps),
-                run_id=f"toolbench-{group}-{file.stem.split('_')[0]}-{hashlib.sha1(rel.encode()).hexdigest()[:8]}",
-                metadata={
-                    "source": "toolbench",
-                    "file": rel,
-                    "win": bool(doc.get("win")),
-                    "finish_type": gen.get("finish_type"),
-                    "reward": 1.0 if doc.get("win") else 0.0,
-                },
+        with corpus_item(file.name):  # a value of another shape: one error naming the file
+            doc = json.loads(file.read_text(encoding="utf-8"))
+            gen = doc.get("answer_generation") if isinstance(doc, Mapping) else None
+            if not isinstance(gen, Mapping):
+                skipped["not an answer file"] += 1
+                continue
+            tools.update(str(f.get("name")) for f in gen.get("function") or [] if f.get("name") != FINISH)
+            messages = gen.get("train_messages") or []
+            if not messages:
+                skipped[NO_PATH] += 1
+                continue
+            steps = chosen_path(messages[-1])
+            tools.update(s.tool for s in steps)
+            rel = file.relative_to(path.parent if path.is_file() else path).as_posix()
+            group = file.parent.name.split("_")[0]
+            runs.append(
+                RunInput(
+                    query=str(gen.get("query") or "").strip(),
+                    agent_id=agent_id,
+                    user_id=user_id,
+                    steps=tuple(steps),
+                    run_id=f"toolbench-{group}-{file.stem.split('_')[0]}-{hashlib.sha1(rel.encode()).hexdigest()[:8]}",
+                    metadata={
+                        "source": "toolbench",
+                        "file": rel,
+                        "win": bool(doc.get("win")),
+                        "finish_type": gen.get("finish_type"),
+                        "reward": 1.0 if doc.get("win") else 0.0,
+                    },
+                )
             )
-        )
     return runs, tools, skipped
 
 
