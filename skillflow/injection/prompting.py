@@ -167,7 +167,8 @@ def _render_memory(item: Any) -> str:
         text = item if isinstance(item, str) else _field(item, "content", "text", "memory")
     except Exception:  # noqa: BLE001 - an item whose fields cannot be read is rendered as itself
         text = None
-    return "- " + _inert(safe_text(text if text is not None else item)).replace("\n", "\n  ")
+    # Every line break Python knows (U+2028, U+0085 … too): a memory's later lines stay indented under its bullet.
+    return "- " + "\n  ".join(_inert(safe_text(text if text is not None else item)).splitlines())
 
 
 def _render_workflow(item: Any) -> str:
@@ -185,7 +186,7 @@ def _render_workflow(item: Any) -> str:
             parts.append(f"request={safe_text(query)!r}")
     except Exception:  # noqa: BLE001 - a record whose fields cannot be read shows no fields
         parts = ["- workflow -"]
-    return _inert(" ".join(parts))
+    return _inert(" ".join(" ".join(part.splitlines()) for part in parts))  # one line, whatever breaks it
 
 
 def assemble(
