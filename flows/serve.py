@@ -13,6 +13,7 @@ import os
 import re
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,33 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from skillflow.kernel.config import Settings, load_schedules
+from skillflow.kernel.config import CONFIG_PATH_ENV, HOME_ENV, PROJECT_CONFIG, PromotionConfig, Settings, load_schedules
 from skillflow.storage.engine import recordable_url
 from tasks.automations import TAG
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parent.parent  # where this package is: a checkout, or site-packages
+
+
+def _checkout_around(here: Path) -> Path | None:
+    return next((f for f in (here, *here.parents) if (f / "flows" / "serve.py").is_file()), None)
+
+
+def project_directory() -> Path:
+    """The checkout ``skillflow deploy`` runs in: the nearest directory at or above the working directory that
+    holds ``flows/serve.py``; else this package's own directory when it is a checkout (an editable install, it
+    holds ``config/``). An installed package's directory is never the default: runs changed into site-packages read
+    no ``config/skillflow.toml`` there (docs/guide/ops.md, "Where workers find the code")."""
+    here = Path.cwd()
+    if (found := _checkout_around(here)) is not None:
+        return found
+    if (PROJECT_ROOT / "config").is_dir():
+        return PROJECT_ROOT
+    raise ValueError(
+        f"{here} is not inside a skillflow checkout, and the installed package's directory ({PROJECT_ROOT}) is "
+        "not one: run this from the checkout the workers hold, or give --source (that directory on the workers, "
+        "or a git repository)"
+    )
+
 
 # File stem = flow function name; deployment name = the stem with hyphens = the flow name.
 FLOW_STEMS = (
@@ -174,7 +197,7 @@ class CodeSource:
         if source is None or not source.strip():
             if branch or commit:
                 raise ValueError("--branch and --commit need a git repository as --source")
-            return cls(str(PROJECT_ROOT))
+            return cls(str(project_directory()))
         source = source.strip()
         if not _GIT_URL.search(source):
             if branch or commit:
@@ -196,8 +219,9 @@ class CodeSource:
             )
         return cls(source, git=True, branch=branch, commit=commit)
 
-    def storage(self, local: Path = PROJECT_ROOT) -> Any:
-        """The Prefect storage ``from_source`` takes: it loads the flows at deploy time and writes the pull step."""
+    def storage(self, local: Path | None = None) -> Any:
+        """The Prefect storage ``from_source`` takes: it loads the flows at deploy time (from ``local``, by default
+        this checkout) and writes the pull step."""
         from prefect.runner.storage import GitRepository, LocalStorage
 
         if self.git:
@@ -210,13 +234,32 @@ class CodeSource:
             def to_pull_step(self) -> dict[str, Any]:
                 return {"prefect.deployments.steps.set_working_directory": {"directory": worker_directory}}
 
-        return WorkerCheckout(path=str(local))
+        # The flows load here at deploy time: this checkout, else the installed package (for a --source directory).
+        return WorkerCheckout(path=str(local or _checkout_around(Path.cwd()) or PROJECT_ROOT))
 
     def describe(self) -> str:
         if not self.git:
             return f"the directory {self.location} on every worker"
         ref = f" at {self.commit}" if self.commit else f" (branch {self.branch})" if self.branch else ""
         return f"a clone of {self.location}{ref} per run (workers need git)"
+
+
+def missing_config_warning(source: CodeSource, env: Mapping[str, str]) -> str | None:
+    """Why the runs on the workers may read the built-in defaults, or None: ``source`` is a directory on this
+    machine with no ``config/skillflow.toml`` in it or above, and the runs' ``env`` names no config file. A git
+    source, or a directory this machine does not hold, cannot be checked here."""
+    if source.git or CONFIG_PATH_ENV in env or HOME_ENV in env:
+        return None
+    folder = Path(source.location)
+    if not folder.is_dir() or any((f / PROJECT_CONFIG).is_file() for f in (folder, *folder.parents)):
+        return None
+    shadow = PromotionConfig().require_shadow
+    landing = "in SHADOW" if shadow else "ACTIVE without review"
+    return (
+        f"{folder} holds no {PROJECT_CONFIG}: runs that change into it read the built-in defaults "
+        f"(require_shadow={shadow}: new skills land {landing}) unless the workers' environment sets "
+        f"{CONFIG_PATH_ENV} or {HOME_ENV}; add the file there, or pass --env {CONFIG_PATH_ENV}=PATH"
+    )
 
 
 def deploy_to_pool(

@@ -152,3 +152,48 @@ def test_the_cli_refuses_a_secret_in_env_since_the_deployments_would_show_it(tmp
 def test_a_malformed_env_argument_is_refused_without_echoing_it(tmp_path: Path) -> None:
     line = refused_deploy(tmp_path, "--env", "sk-live-0123456789abcdef")  # the key forgotten: the value alone
     assert "--env expects KEY=VALUE" in line and "0123456789abcdef" not in line, line
+
+
+def _checkout(at: Path, config: bool = True) -> Path:
+    """A directory shaped like a skillflow checkout: ``flows/serve.py``, and ``config/skillflow.toml`` unless not."""
+    (at / "flows").mkdir(parents=True)
+    (at / "flows" / "serve.py").write_text("", encoding="utf-8")
+    if config:
+        (at / "config").mkdir()
+        (at / "config" / "skillflow.toml").write_text((PROJECT_ROOT / "config" / "skillflow.toml").read_text())
+    return at
+
+
+def test_the_default_source_is_the_checkout_deploy_runs_in_not_where_the_package_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by an outside audit: with the README's non-editable install the ``flows`` package lives in
+    site-packages, and the default source was that directory, so every run on the workers changed into it, read no
+    ``config/skillflow.toml`` and applied the built-in defaults (``require_shadow = false``): new skills landed
+    ACTIVE without review, where ``skillflow cycle`` in the checkout landed them in SHADOW."""
+    import flows.serve as serve
+
+    installed = tmp_path / "site-packages"
+    (installed / "flows").mkdir(parents=True)  # an installed package: no config/ beside it
+    monkeypatch.setattr(serve, "PROJECT_ROOT", installed)
+    project = _checkout(tmp_path / "project")
+    monkeypatch.chdir(project / "flows")  # anywhere inside the checkout
+    source = CodeSource.parse()
+    assert source.location == str(project)
+    step = source.storage().to_pull_step()
+    assert step == {"prefect.deployments.steps.set_working_directory": {"directory": str(project)}}
+    monkeypatch.chdir(tmp_path)  # outside any checkout, with nothing but the installed package to go by
+    with pytest.raises(ValueError, match="--source"):
+        CodeSource.parse()
+
+
+def test_deploy_warns_when_the_workers_directory_holds_no_config(tmp_path: Path) -> None:
+    from flows.serve import missing_config_warning
+
+    bare = _checkout(tmp_path / "bare", config=False)
+    text = missing_config_warning(CodeSource.parse(str(bare)), {})
+    assert text is not None and "require_shadow" in text and "ACTIVE" in text, text
+    assert missing_config_warning(CodeSource.parse(str(bare)), {"SKILLFLOW_CONFIG_PATH": "/etc/sf.toml"}) is None
+    assert missing_config_warning(CodeSource.parse(str(_checkout(tmp_path / "full"))), {}) is None
+    assert missing_config_warning(CodeSource.parse("git@github.com:acme/skillflow.git"), {}) is None
+    assert missing_config_warning(CodeSource.parse("/srv/not/on/this/machine"), {}) is None

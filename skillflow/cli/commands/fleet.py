@@ -17,6 +17,7 @@ from skillflow.cli.app import (
     console,
     database_url,
     engine_for,
+    err_console,
     fail,
     print_json,
     promotion_config,
@@ -108,7 +109,7 @@ def deploy_cmd(
     """Register every flow on a work pool ($PREFECT_API_URL) for `prefect worker start --pool NAME` machines."""
     from prefect.settings import PREFECT_API_URL
 
-    from flows.serve import CodeSource, deploy_to_pool
+    from flows.serve import CodeSource, deploy_to_pool, missing_config_warning
     from tasks.automations import install_automations
     from tasks.fanout import FleetSettings
 
@@ -155,6 +156,8 @@ def deploy_cmd(
         f"global concurrency limit {safe(limit_name)} = {partition_limit}; automations: {safe(', '.join(installed))}"
     )
     console.print(f"workers load the flows from {safe(code.describe())}")
+    if (warning := missing_config_warning(code, extra)) is not None:
+        err_console.print(f"[yellow]warning:[/yellow] {safe(warning)}", soft_wrap=True)
     if not recorded:
         console.print(
             "the database URL carries a password, which the deployments do not record (the UI would show it): "
