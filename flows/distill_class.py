@@ -6,6 +6,7 @@ from prefect import flow
 from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
+from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
 from tasks.common import run_name
 from tasks.events import emit_promotion
@@ -33,6 +34,7 @@ class DistillClassParams(BaseModel):
 def distill_class(params: DistillClassParams) -> PromotionReport:
     """Gate, distill, validate and store one class; hand-picking never bypasses evidence."""
     config = load_promotion_config()
+    check_providers()  # a missing LLM key fails the run at once, naming the variable (docs/guide/llm.md)
     report = distill_one_class(
         params.database_url, params.agent_id, params.user_id, params.canonical_hash, config, params.dry_run
     )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
+from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
 from tasks.common import TenantScope, run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
@@ -47,6 +48,7 @@ def promotion_cycle(params: PromotionCycleParams | None = None) -> list[Promotio
     """
     params = params or PromotionCycleParams()
     config = load_promotion_config(overrides=params.config_overrides or None)
+    check_providers()  # a missing LLM key fails the run at once, naming the variable (docs/guide/llm.md)
     now, url = utcnow(), params.database_url
     fleet = FleetSettings()
     partitions = list_partitions(url, params.agent_id or None, params.user_id or None)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
+from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
 from tasks.common import batch_name
 from tasks.fanout import FleetSettings, current_work_pool
@@ -47,6 +48,7 @@ def promotion_partitions(params: PromotionPartitionsParams | None = None) -> lis
     """Run the promotion cycle in each partition of the chunk; a failed partition is reported, never fatal."""
     params = params or PromotionPartitionsParams()
     config = load_promotion_config(overrides=params.config_overrides or None)
+    check_providers()  # a missing LLM key fails the run at once, naming the variable (docs/guide/llm.md)
     fleet = FleetSettings() if current_work_pool() else None
     limit = params.concurrency_limit or (fleet.concurrency_limit if fleet else None)
     reports = run_partitions(

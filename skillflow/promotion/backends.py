@@ -30,3 +30,12 @@ def get_judge(settings: Settings | None = None) -> Judge:
     if settings.judge == "anthropic":
         return llm.AnthropicJudge.from_settings(settings)
     raise ValueError(f"unknown judge {settings.judge!r}")
+
+
+def check_providers(settings: Settings | None = None) -> None:
+    """Raise :class:`skillflow.promotion.llm.ProviderNotConfigured` (naming the variable) when the configured
+    distiller or judge cannot be built: a cycle checks before it distills anything, so a missing key fails it
+    instead of rejecting and backing off every eligible class. Builds the clients only (no request is sent)."""
+    settings = settings or get_settings()
+    get_distiller(settings)
+    get_judge(settings)

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, select
 from skillflow.kernel.config import PromotionConfig, Settings, get_settings
 from skillflow.kernel.errors import is_transient
 from skillflow.kernel.models import ClassStats, new_id, utcnow
+from skillflow.promotion.backends import check_providers
 from skillflow.promotion.chunk import LEASE_HELD, Prefetched, finished_reports
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
@@ -193,6 +194,7 @@ def run_partition(
         report.partition_skipped = plan.reason
         return report
     settings = settings or get_settings()
+    check_providers(settings)  # a missing key fails the partition naming it; no class is rejected for it
     holder = flow_run_id or new_id()
     if not dry_run and not acquire_all(engine, lease_names(agent_id, user_id), holder, LEASE_TTL_SECONDS):
         report.partition_skipped = LEASE_HELD
@@ -328,6 +330,8 @@ def promote_class(
     from skillflow.storage.leases import acquire_all, release_all
 
     now = now or utcnow()
+    settings = settings or get_settings()
+    check_providers(settings)  # a missing key fails the request naming it; the class is not rejected for it
     with engine.connect() as conn:
         cycle = cycle_count(conn, agent_id, user_id)
     report = PromotionReport(

@@ -47,6 +47,11 @@ class LLMError(RuntimeError):
     """A provider failure that a retry will not fix (auth, bad request, unusable answer)."""
 
 
+class ProviderNotConfigured(LLMError):
+    """The configured distiller or judge cannot be used as configured (its key is missing): a configuration error,
+    raised before any class is distilled, never a class's rejection. The message names the variable to set."""
+
+
 class TransientLLMError(LLMError, TransientError):
     """Rate limit, timeout, 5xx or connection failure that outlived this wrapper's retries (the one layer)."""
 
@@ -148,7 +153,10 @@ class OpenAIChat:
         import openai
 
         if options.api_key is None and options.base_url is None:
-            raise LLMError("SKILLFLOW_OPENAI_API_KEY is required for the official OpenAI API")
+            raise ProviderNotConfigured(
+                "SKILLFLOW_OPENAI_API_KEY is required for the official OpenAI API (the pipeline does not read "
+                "OPENAI_API_KEY); or set SKILLFLOW_LLM_BASE_URL to an OpenAI-compatible server"
+            )
         # Local OpenAI-compatible servers (Ollama, vLLM) ignore the key but the SDK insists on one.
         key = options.api_key.get_secret_value() if options.api_key else "not-needed"
         self.options = options
@@ -181,7 +189,10 @@ class AnthropicChat:
         import anthropic
 
         if options.api_key is None:
-            raise LLMError("SKILLFLOW_ANTHROPIC_API_KEY is required for the Anthropic distiller/judge")
+            raise ProviderNotConfigured(
+                "SKILLFLOW_ANTHROPIC_API_KEY is required for the Anthropic distiller/judge (the pipeline does not "
+                "read ANTHROPIC_API_KEY)"
+            )
         self.options = options
         self.client = anthropic.Anthropic(
             api_key=options.api_key.get_secret_value(),

@@ -151,6 +151,7 @@ def cycle_cmd(
     except ValueError as exc:
         fail(str(exc))
     promotion_config(overrides)  # a typo or a bad value fails here, before any flow starts
+    _require_providers()
     url = database_url(db)
     engine_for(url).dispose()  # migrate first
     _quiet_prefect(json)
@@ -175,6 +176,17 @@ def cycle_cmd(
         print_report(report)
 
 
+def _require_providers() -> None:
+    """The configured distiller and judge can be built (their keys are set), or one error line naming the variable."""
+    from skillflow.promotion.backends import check_providers
+    from skillflow.promotion.llm import ProviderNotConfigured
+
+    try:
+        check_providers()
+    except ProviderNotConfigured as exc:
+        fail(str(exc))
+
+
 @app.command("distill")
 def distill_cmd(
     canonical_hash: Annotated[str, typer.Argument(help="Class hash, or a prefix unique in the tenant (≥ 4 chars).")],
@@ -188,6 +200,7 @@ def distill_cmd(
     from skillflow.promotion.cycle import resolve_hash
 
     promotion_config()
+    _require_providers()
     url = database_url(db)
     engine = engine_for(url)
     if len(canonical_hash) < 4:
