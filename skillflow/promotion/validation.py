@@ -276,17 +276,32 @@ def stamped(key: str, value: str, canonical_hash: str | None = None) -> bool:
     return all(f.kind in _STAMPED_LITERAL_KINDS for f in literal_findings(value))
 
 
+def landed_base(name: str, canonical_hash: str | None) -> str:
+    """``name`` without the suffix landing gives a taken name: ``-`` and the first 6, 12 or 24 characters of the
+    skill's own class hash (:func:`skillflow.promotion.landing.unique_name`). That suffix is the pipeline's, never a
+    run's value; any other id-shaped part of a name is read as written."""
+    if canonical_hash and re.fullmatch(r"[0-9a-f]{64}", canonical_hash):
+        for n in (24, 12, 6):
+            suffix = "-" + canonical_hash[:n]
+            if name.endswith(suffix) and len(name) > len(suffix):
+                return name[: -len(suffix)]
+    return name
+
+
 def skill_text(parsed: ParsedSkill, canonical_hash: str | None = None) -> str:
     """Every model-written field of a skill, one per line: name, description, license, compatibility,
     metadata keys and values (preconditions included; provenance values in their stamped format
-    excluded, see :func:`stamped`) and the body."""
+    excluded, see :func:`stamped`) and the body. The name is read without its landing suffix
+    (:func:`landed_base`), wherever the text repeats it."""
     meta = [
         v if re.fullmatch(r"precondition-\d+", k) else f"{k}: {v}"
         for k, v in parsed.metadata.items()
         if not (k in PROVENANCE_KEYS and stamped(k, v, canonical_hash))
     ]
     fields = [parsed.name, parsed.description, parsed.license or "", parsed.compatibility or "", *meta, parsed.body]
-    return "\n".join(f for f in fields if f)
+    text = "\n".join(f for f in fields if f)
+    base = landed_base(parsed.name, canonical_hash)
+    return text if base == parsed.name else text.replace(parsed.name, base)
 
 
 def validate_skill(skill_md: str, evidence: Evidence, judge: Judge, max_chars: int) -> ValidationResult:
