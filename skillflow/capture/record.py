@@ -138,15 +138,19 @@ def normalize_tenant(name: str, value: Any) -> str:
     return str.__str__(value)  # a str subclass's own methods are never called
 
 
+_UNSET = object()
+
+
 def _step(raw: Any, index: int) -> Step:
     if isinstance(raw, Step):
         step = raw
     elif isinstance(raw, Mapping):
-        tool = raw.get("tool")
+        # An Anthropic tool_use block's ``name``/``input`` (and ``output``) read as ``tool``/``arguments``/``result``.
+        tool, arguments, result = raw.get("tool"), raw.get("arguments", _UNSET), raw.get("result", _UNSET)
         step = Step(
             tool=raw.get("name") if blank(tool) else tool,  # type: ignore[arg-type]  # checked below
-            arguments=raw.get("arguments", {}),
-            result=raw.get("result"),
+            arguments=raw.get("input", {}) if arguments is _UNSET else arguments,
+            result=raw.get("output") if result is _UNSET else result,
             error=raw.get("error"),
             error_class=raw.get("error_class"),
             timestamp=raw.get("timestamp"),

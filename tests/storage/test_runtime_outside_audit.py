@@ -205,3 +205,22 @@ def test_the_audit_api_names_a_query_that_is_not_text(db_url: str, engine: Engin
     sf.record_run("where is my order", "alice", STEPS)
     with pytest.raises(TypeError, match="query must be a string"):
         sf.retrieve_workflows_by_query(query, "alice")
+
+
+def test_a_step_in_the_anthropic_tool_use_shape_keeps_its_arguments_and_result(
+    db_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    """Found by an outside audit: a step written ``{"name", "input", "output"}`` (``name``/``input`` are an Anthropic
+    ``tool_use`` block's fields) was stored as a success with its arguments and result dropped without a word, so
+    it landed in another class than the same call written ``{"tool", "arguments", "result"}``."""
+    sf = Skillflow(agent_id="audit-8", database_url=db_url, spool_dir=tmp_path / "spool")
+    plain = sf.record_run("refund order 7", "alice", [{"tool": "issue_refund", "arguments": {"order_id": 7},
+                                                       "result": {"ok": True}}])  # fmt: skip
+    aliased = sf.record_run("refund order 7", "alice", [{"name": "issue_refund", "input": {"order_id": 7},
+                                                         "output": {"ok": True}}])  # fmt: skip
+    assert plain.stored and aliased.stored
+    assert aliased.canonical_hash == plain.canonical_hash
+    with engine.connect() as conn:
+        steps = conn.execute(select(workflow_memory.c.steps).where(workflow_memory.c.id == aliased.run_id)).scalar()
+    step = (json.loads(steps) if isinstance(steps, str) else steps)[0]
+    assert (step["arguments"], step["result"]) == ({"order_id": 7}, {"ok": True})
