@@ -197,3 +197,34 @@ def test_deploy_warns_when_the_workers_directory_holds_no_config(tmp_path: Path)
     assert missing_config_warning(CodeSource.parse(str(_checkout(tmp_path / "full"))), {}) is None
     assert missing_config_warning(CodeSource.parse("git@github.com:acme/skillflow.git"), {}) is None
     assert missing_config_warning(CodeSource.parse("/srv/not/on/this/machine"), {}) is None
+
+
+def _cli(tmp_path: Path, *args: str, api: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": str(BIN), "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")}
+    if api is not None:
+        env["PREFECT_API_URL"] = api
+    return subprocess.run([str(BIN / "skillflow"), *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+@pytest.mark.parametrize("command", [["automations"], ["serve", "--db", "sqlite:///{tmp}/s.db"]])
+def test_automations_and_serve_without_a_prefect_server_say_so_in_one_line(tmp_path: Path, command: list[str]) -> None:
+    """Found by an outside audit: without PREFECT_API_URL, ``skillflow automations`` printed a 65-line traceback
+    (the temporary server Prefect started has no deployments), and ``skillflow serve`` served every deployment on a
+    temporary server at a random port that nothing else could reach and that ended with the command."""
+    done = _cli(tmp_path, *[a.format(tmp=tmp_path) for a in command])
+    assert done.returncode == 2, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "PREFECT_API_URL" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.prefect
+def test_automations_on_a_server_without_the_deployments_says_to_deploy_first(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    done = _cli(tmp_path, "automations", api=PREFECT_API_URL.value())
+    assert done.returncode == 1, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "skillflow deploy" in lines[0] and "Traceback" not in done.stderr, done.stderr

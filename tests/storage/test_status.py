@@ -101,15 +101,28 @@ def test_status_counts_eligible_classes(engine: Engine) -> None:
 
 def test_status_cli_json_and_table(engine: Engine) -> None:
     _seed(engine)
-    result = runner.invoke(app, ["status", "--db", _url(engine), "--json"], env={"PREFECT_API_URL": ""})
+    result = runner.invoke(app, ["status", "--db", _url(engine), "--json", "--prefect-api", ""])
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert {t["agent_id"] for t in body["tenants"]} == {"a1", "a2"}
     assert body["prefect_api"] is None
-    result = runner.invoke(app, ["status", "--db", _url(engine), "--agent-id", "a2"], env={"PREFECT_API_URL": ""})
+    result = runner.invoke(app, ["status", "--db", _url(engine), "--agent-id", "a2", "--prefect-api", ""])
     assert result.exit_code == 0, result.output
     assert "a2" in result.output and "u9" in result.output and "shadow: developer 1" in result.output
     assert "states unknown" in result.output and "promotion-cycle" in result.output
+
+
+def test_status_reads_the_prefect_api_of_the_profile_as_review_does(engine: Engine) -> None:
+    """Found by an outside audit: with the API set by ``prefect config set PREFECT_API_URL=…`` (the profile, as
+    Prefect's own banner advises) ``skillflow review`` used it and ``status`` said "no Prefect API configured", so
+    it never showed the leaked-slot warning."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    _seed(engine)
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:9/api"}):
+        result = runner.invoke(app, ["status", "--db", _url(engine)], env={"PREFECT_API_URL": None})
+    assert result.exit_code == 0, result.output
+    assert "the Prefect API at http://127.0.0.1:9/api did not answer" in result.output, result.output
 
 
 def test_status_marks_unreachable_prefect_unknown(engine: Engine) -> None:

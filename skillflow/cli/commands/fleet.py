@@ -93,6 +93,18 @@ def ensure_limit(name: str, limit: int) -> None:
         client.upsert_global_concurrency_limit_by_name(name, limit)
 
 
+def require_prefect_api(what: str) -> None:
+    """One error line (exit 2) when no Prefect API is configured (environment or profile): Prefect would start a
+    temporary server that nothing else reaches and that ends with the command."""
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        fail(
+            f"{what}, and PREFECT_API_URL is unset: start one (`prefect server start`) and export "
+            "PREFECT_API_URL=http://<host>:4200/api (docs/guide/ops.md)"
+        )
+
+
 @app.command("deploy")
 def deploy_cmd(
     pool: PoolOption,
@@ -107,17 +119,11 @@ def deploy_cmd(
     json: JsonOption = False,
 ) -> None:
     """Register every flow on a work pool ($PREFECT_API_URL) for `prefect worker start --pool NAME` machines."""
-    from prefect.settings import PREFECT_API_URL
-
     from flows.serve import CodeSource, deploy_to_pool, missing_config_warning
     from tasks.automations import install_automations
     from tasks.fanout import FleetSettings
 
-    if not PREFECT_API_URL.value():  # Prefect would start a temporary server that ends with this command
-        fail(
-            "skillflow deploy registers the flows on a running Prefect server, and PREFECT_API_URL is unset: start "
-            "one (`prefect server start`) and export PREFECT_API_URL=http://<host>:4200/api (docs/guide/ops.md)"
-        )
+    require_prefect_api("skillflow deploy registers the flows on a running Prefect server")
     extra = _env(env)
     try:
         code = CodeSource.parse(source, branch, commit)
@@ -171,9 +177,19 @@ def deploy_cmd(
 def automations_cmd(json: JsonOption = False) -> None:
     """Create or update the shipped automations (demotion → re-qualify; backlog → shadow evaluation; a run
     without heartbeats → Crashed)."""
+    from prefect.exceptions import ObjectNotFound
+
     from tasks.automations import install_automations
 
-    installed = {k: str(v) for k, v in install_automations().items()}
+    require_prefect_api("skillflow automations creates the automations on a running Prefect server")
+    try:
+        installed = {k: str(v) for k, v in install_automations().items()}
+    except ObjectNotFound:  # an automation names a deployment the server does not have
+        fail(
+            "the Prefect server has no skillflow deployments for the automations to start: register them first "
+            "with `skillflow deploy --pool NAME` (or `skillflow serve`), which also creates the automations",
+            1,
+        )
     if json:
         print_json(installed)
     else:

@@ -78,7 +78,9 @@ def quality_cmd(
 def serve_cmd(db: DbOption = None) -> None:
     """Serve every flow as a deployment (cron from config/skillflow.toml) against $PREFECT_API_URL."""
     from flows.serve import ServeRefused, serve_all
+    from skillflow.cli.commands.fleet import require_prefect_api
 
+    require_prefect_api("skillflow serve runs the deployments against a running Prefect server")
     promotion_config()
     engine_for(db, migrate=True).dispose()  # the deploy step: the flows' tasks never migrate
     try:
@@ -105,12 +107,17 @@ def status_cmd(
 ) -> None:
     """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow;
     slots of the fleet's global concurrency limit taken with no chunk running (leaked)."""
+    from prefect.settings import PREFECT_API_URL
+
     from skillflow.kernel.config import load_promotion_config
     from skillflow.operations.status import collect_status
     from tasks.fanout import FleetSettings
 
     engine = engine_for(db)
-    status = collect_status(engine, load_promotion_config(), agent_id, prefect_api, FleetSettings().concurrency_limit)
+    # The option or $PREFECT_API_URL, else the Prefect profile's (`prefect config set`, as review reads it); an
+    # explicit `--prefect-api ""` asks no server.
+    api = PREFECT_API_URL.value() if prefect_api is None else (prefect_api or None)
+    status = collect_status(engine, load_promotion_config(), agent_id, api, FleetSettings().concurrency_limit)
     if json:
         print_json(status)
         return
@@ -138,10 +145,10 @@ def status_cmd(
         console.print("No runs or skills stored yet.")
     from skillflow.operations.status import UNREACHABLE
 
-    if not prefect_api:
+    if not api:
         caption = " (no Prefect API configured: states unknown)"
     elif any(f["state"] == UNREACHABLE for f in status["flows"]):
-        caption = f" (the Prefect API at {prefect_api} did not answer: states unknown)"
+        caption = f" (the Prefect API at {api} did not answer: states unknown)"
     else:
         caption = ""
     flows = Table(title="Flows" + safe(caption))
