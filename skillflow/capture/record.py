@@ -302,8 +302,8 @@ def _late_outcome(conn: Connection, run_id: str, row: Any, conversation: Convers
     A conversation recorded after every turn (``complete=False``) stores each closed procedure by execution;
     the outcome given (or evaluated) when it ends is then every procedure's, as a single final call stores it
     (docs/guide/runtime.md). The run, the activations drift reads and, for a run already folded, its class's
-    statistics (recounted by the next fold) follow; a run with shadow records goes back into the outbox, whose
-    drain corrects them. Only an execution-sourced row changes: an outcome once given or evaluated stands."""
+    statistics (recounted by the next fold) follow; a tool-calling run goes back into the outbox, whose drain
+    corrects its records. Only an execution-sourced row changes: an outcome once given or evaluated stands."""
     resolution = apply_conversation(WorkflowOutcome(row.execution_outcome), conversation)
     if resolution.source == "execution":
         return str(row.outcome)
@@ -313,8 +313,10 @@ def _late_outcome(conn: Connection, run_id: str, row: Any, conversation: Convers
         "learning_error": resolution.learning_error,
     }
     changed = resolution.outcome.value != row.outcome
-    if changed and row.shadow_evaluations:
-        values["shadow_pending"] = 1  # its records name the old outcome: the drain corrects them
+    if changed and row.canonical_hash is not None:
+        # Back into the outbox: its records, written or being written by a drain that holds the row (it read the
+        # old outcome), name the old outcome, and the next drain corrects them.
+        values["shadow_pending"] = 1
     conn.execute(update(workflow_memory).where(workflow_memory.c.id == run_id).values(**values))
     if changed:
         conn.execute(

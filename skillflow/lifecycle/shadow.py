@@ -254,6 +254,7 @@ def persist(conn: Connection, runs: Sequence[PendingRun], new: dict[str, list[di
     outbox.write_evaluations(conn, evaluations)
     if rows:
         conn.execute(insert(shadow_observations), rows)
+    outbox.requeue_changed(conn, runs)
     return touched
 
 

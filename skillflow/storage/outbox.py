@@ -167,6 +167,24 @@ def write_evaluations(conn: Connection, evaluations: dict[str, list[dict[str, An
     conn.execute(stmt, [{"b_id": rid, "b_evals": evals} for rid, evals in evaluations.items()])
 
 
+def requeue_changed(conn: Connection, runs: Sequence[PendingRun]) -> int:
+    """Put back into the outbox the runs of a drained batch whose outcome changed after the drain read it (a
+    conversation's late outcome committed between a SQLite drain's read and its write): their records name the
+    old outcome, and the next drain corrects them. One statement per outcome read; returns the count."""
+    by_outcome: dict[str, list[str]] = {}
+    for run in runs:
+        by_outcome.setdefault(run.outcome, []).append(run.id)
+    changed = 0
+    for outcome, ids in by_outcome.items():
+        result = conn.execute(
+            update(workflow_memory)
+            .where(workflow_memory.c.id.in_(ids), workflow_memory.c.outcome != outcome)
+            .values(shadow_pending=1, shadow_claimed_at=None)
+        )
+        changed += int(result.rowcount or 0)
+    return changed
+
+
 def requeue_unevaluated(conn: Connection, since: datetime | None = None) -> int:
     """Put tool-calling runs that never went through shadow evaluation back into the outbox (the backlog).
 
