@@ -35,14 +35,9 @@ def _pending_run(engine: Engine) -> tuple[Any, str]:
 
 
 def _state(engine: Engine, run_id: str) -> tuple[Any, ...]:
+    wm = workflow_memory.c
     with engine.connect() as conn:
-        return tuple(
-            conn.execute(
-                select(workflow_memory.c.outcome, workflow_memory.c.shadow_pending).where(
-                    workflow_memory.c.id == run_id
-                )
-            ).one()
-        )
+        return tuple(conn.execute(select(wm.outcome, wm.shadow_pending).where(wm.id == run_id)).one())
 
 
 def test_a_late_outcome_between_a_drain_s_read_and_its_write_leaves_the_run_queued(engine: Engine) -> None:
