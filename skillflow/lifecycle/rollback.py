@@ -107,7 +107,35 @@ def _rollback(
     config: PromotionConfig,
     flow_run_id: str | None,
 ) -> tuple[SkillRecord, bool]:
-    """The rollback transaction: the reinstated version, and whether anything changed."""
+    """The rollback transaction: the reinstated version, and whether anything changed. The target is written as a
+    compare-and-set on the status and ``updated_at`` read: a rollback that lost a race to another (or to any other
+    decision on the target) rolls back whole and changes nothing when the target is ACTIVE now, as a rollback to
+    the ACTIVE version does, and is refused otherwise."""
+    try:
+        return _rollback_once(engine, skill_id, to_version, actor, reason, config, flow_run_id)
+    except _TargetChanged as lost:
+        with engine.connect() as conn:
+            now = get_skill(conn, lost.target_id)
+        if now.status == SkillStatus.ACTIVE.value:
+            return now, False
+        raise InvalidTransition(f"{now.id} changed while this rollback was made (now {now.status})") from None
+
+
+class _TargetChanged(Exception):
+    def __init__(self, target_id: str) -> None:
+        super().__init__(target_id)
+        self.target_id = target_id
+
+
+def _rollback_once(
+    engine: Engine,
+    skill_id: str,
+    to_version: int,
+    actor: str,
+    reason: str,
+    config: PromotionConfig,
+    flow_run_id: str | None,
+) -> tuple[SkillRecord, bool]:
     with engine.begin() as conn:
         skill = get_skill(conn, skill_id)
         versions = list_skills(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
@@ -129,9 +157,13 @@ def _rollback(
                 flow_run_id=flow_run_id,
             )  # fmt: skip
         now = utcnow()
-        conn.execute(
+        written = conn.execute(
             update(skillbox)
-            .where(skillbox.c.id == target.id)
+            .where(
+                skillbox.c.id == target.id,
+                skillbox.c.status == target.status,
+                skillbox.c.updated_at == target.updated_at,
+            )
             .values(
                 status=SkillStatus.ACTIVE.value,
                 **live_keys(target.agent_id, target.user_id, target.canonical_hash, target.name, True),
@@ -141,6 +173,8 @@ def _rollback(
                 demotion_reason=None,
             )
         )
+        if written.rowcount != 1:  # another decision wrote the target since it was read: undo this one whole
+            raise _TargetChanged(target.id)
         restored = get_skill(conn, target.id)
         stamped = stamp_class(conn, restored)
         # The replaced version and the status it left in: the rollback's event, sent again by a repeat, reads them

@@ -190,3 +190,35 @@ def test_rollback_to_a_rejected_version_is_refused(engine: Engine) -> None:
     with pytest.raises(ActivationRefused, match="never active"):
         rollback_skill(engine, sid, 1, actor="carol", reason="undo", config=sf.config)
     assert skill(engine, sid).status == SkillStatus.REJECTED.value
+
+
+def test_two_rollbacks_to_one_version_at_once_record_one_transition(
+    engine: Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by a concurrency audit (2026-12-05): four ``skillflow rollback V2 --to 1`` at once each reinstated v1
+    (3 of 5 and 8 of 10 rounds on PostgreSQL): 2–4 ``rolled_back`` events for one transition, each but the first
+    with a false ``from_status``, each resetting ``activated_at`` and restamping. The target is now written as a
+    compare-and-set, so the rollback that lost the race changes nothing, as a rollback to the ACTIVE version does."""
+    import skillflow.lifecycle.rollback as rollback
+    from skillflow.storage.engine import make_engine
+
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, "u1", i)
+    [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
+    second = _demote_and_redistill(engine, sf, first)
+    checks = rollback.rollback_problems
+    other = make_engine(db_url)
+
+    def racing(conn: object, target: object, config: object) -> list[str]:
+        monkeypatch.setattr(rollback, "rollback_problems", checks)
+        # The other rollback commits between this one's read of the versions and its write.
+        rollback_skill(other, second, 1, actor="dave", reason="v2 regressed", config=sf.config)
+        return checks(conn, target, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rollback, "rollback_problems", racing)
+    restored = rollback_skill(engine, second, 1, actor="carol", reason="v2 regressed", config=sf.config)
+    other.dispose()
+    assert (restored.id, restored.status) == (first, "active")
+    assert [e["actor"] for e in events(engine, first, "rolled_back")] == ["dave"]
+    assert len(events(engine, second, "demoted")) == 1
