@@ -49,7 +49,7 @@ from skillflow.promotion.validation import ValidationResult
 from skillflow.storage.aggregate import (
     cycle_count,
 )
-from skillflow.storage.skills import tenant_filter
+from skillflow.storage.skills import repair_stamps, tenant_filter
 
 log = logging.getLogger("skillflow.promotion.cycle")
 
@@ -209,6 +209,10 @@ def run_partition(
         report.deprecated = list(swept.deprecated)
         if swept.note:
             report.review_flags.append(swept.note)
+        if not dry_run:  # runs captured while a decision on their class committed take its stamp now
+            with engine.begin() as conn:
+                if repaired := repair_stamps(conn, agent_id, user_id):
+                    log.info("partition %s/%s: %d run stamp(s) repaired", agent_id, user_id, repaired)
         stage = "aggregation"
         assessments = assess_classes(
             engine,

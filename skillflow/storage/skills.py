@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, func, insert, or_, select, update
 
 from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow, with_article
@@ -262,6 +262,49 @@ def unstamp(conn: Connection, skill: SkillRecord) -> int:
         .values(promoted_skill_id=None)
     )
     return _restamped(conn, skill, int(result.rowcount or 0))
+
+
+REPAIR_WINDOW = timedelta(hours=1)  # how long before its activation a run may have been captured and not committed
+
+
+def repair_stamps(conn: Connection, agent_id: str, user_id: str) -> int:
+    """Stamp the runs of each ACTIVE skill's class left unstamped, and release the runs still stamped with a skill
+    that is not ACTIVE; returns how many runs changed.
+
+    A decision stamps or releases its class in one set-based UPDATE, which cannot see a run whose capture read
+    the class's skill before the decision and committed after it (a concurrency audit: 7-15 of about 700 runs
+    unstamped under an ACTIVE skill, 4-45 of 1 400 still hidden behind a DEMOTED one). The promotion cycle runs
+    this for each partition, so such runs converge within one cycle (docs/RELIABILITY.md). Unstamped runs are
+    looked for from :data:`REPAIR_WINDOW` before the activation (the class index's range), released ones by the
+    stamp index."""
+    wm = workflow_memory.c
+    tenant = (wm.agent_id == agent_id) & (wm.user_id == user_id)
+    live = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
+    gone = select(skillbox.c.id).where(
+        skillbox.c.agent_id == agent_id,
+        skillbox.c.user_id == user_id,
+        skillbox.c.status != SkillStatus.ACTIVE.value,
+    )
+    changed = 0
+    behind = list(conn.execute(select(wm.canonical_hash).distinct().where(tenant, wm.promoted_skill_id.in_(gone))))
+    if behind:
+        from skillflow.storage.class_stats import mark_stale
+
+        released = conn.execute(
+            update(workflow_memory).where(tenant, wm.promoted_skill_id.in_(gone)).values(promoted_skill_id=None)
+        )
+        changed += int(released.rowcount or 0)
+        mark_stale(conn, [(agent_id, user_id, h) for (h,) in behind if h is not None])
+    for skill in live:
+        since = (skill.activated_at or skill.created_at) - REPAIR_WINDOW
+        stamped = conn.execute(
+            update(workflow_memory)
+            .where(tenant, wm.canonical_hash == skill.canonical_hash, wm.created_at >= since)
+            .where(or_(wm.promoted_skill_id.is_(None), wm.promoted_skill_id != skill.id))
+            .values(promoted_skill_id=skill.id)
+        )
+        changed += _restamped(conn, skill, int(stamped.rowcount or 0))
+    return changed
 
 
 def _restamped(conn: Connection, skill: SkillRecord, changed: int) -> int:

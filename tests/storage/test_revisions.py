@@ -222,3 +222,26 @@ def test_two_rollbacks_to_one_version_at_once_record_one_transition(
     assert (restored.id, restored.status) == (first, "active")
     assert [e["actor"] for e in events(engine, first, "rolled_back")] == ["dave"]
     assert len(events(engine, second, "demoted")) == 1
+
+
+def test_runs_captured_while_a_decision_committed_take_its_stamp_at_the_next_cycle(engine: Engine) -> None:
+    """Found by a concurrency audit (2026-12-05): a run whose capture read its class's skill before a decision and
+    committed after it kept the old stamp: 7-15 of about 700 runs unstamped under an ACTIVE skill (their raw runs
+    retrieved beside it), 4-45 of about 1 400 still stamped with a DEMOTED one (hidden from retrieval for good).
+    The set-based stamp cannot see such a run; the next promotion cycle repairs it."""
+    from sqlalchemy import update
+
+    sf = agent(engine)
+    for i in range(6):
+        record_cancel(sf, "u1", i)
+    [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
+    second = _demote_and_redistill(engine, sf, first)
+    wm = workflow_memory.c
+    with engine.begin() as conn:  # what the races left: one run unstamped, one still behind the demoted v1
+        ids = list(conn.execute(select(wm.id).order_by(wm.created_at.desc(), wm.id)).scalars())  # newest first
+        conn.execute(update(workflow_memory).where(wm.id == ids[0]).values(promoted_skill_id=None))
+        conn.execute(update(workflow_memory).where(wm.id == ids[1]).values(promoted_skill_id=first))
+    run_partition(engine, AGENT, "u1", sf.config, force=True)
+    with engine.connect() as conn:
+        stamps = set(conn.execute(select(wm.promoted_skill_id)).scalars())
+    assert stamps == {second}
