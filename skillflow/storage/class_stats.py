@@ -197,11 +197,15 @@ def mark_stale(conn: Connection, keys: Iterable[Key]) -> int:
     for i in range(0, len(wanted), CHUNK):
         chunk = wanted[i : i + CHUNK]
         match = tuple_(cs.c.agent_id, cs.c.user_id, cs.c.canonical_hash).in_(chunk)
-        conn.execute(update(cs).where(match).values(stale=1))
+        marked = int(conn.execute(update(cs).where(match).values(stale=1)).rowcount or 0)
         have = {
             (r[0], r[1], r[2])
             for r in conn.execute(select(cs.c.agent_id, cs.c.user_id, cs.c.canonical_hash).where(match))
         }
+        if marked < len(have):
+            # A row appeared after the UPDATE's snapshot: a recount deleted the class's row (the UPDATE waited on it
+            # and skipped it) and inserted it again from a snapshot without this transaction's change. Mark it.
+            conn.execute(update(cs).where(match).values(stale=1))
         missing = [k for k in chunk if k not in have]
         if missing:
             now = utcnow()

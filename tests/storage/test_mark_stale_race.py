@@ -1,0 +1,54 @@
+"""A class marked for a recount while a recount rewrites its row keeps the mark (a concurrency audit, 2026-12-05).
+
+A late conversation outcome (or a stamp change) marks its class ``stale`` so the next fold recounts it. A
+recount deletes the class's row and inserts it again from a snapshot taken before that change: the mark's UPDATE
+waited on the deleted row, found it gone, and the following SELECT saw the new row, so nothing was marked, and
+the class kept the old outcome in its statistics until the next full recount (3 of 5, 2 of 20, 2 of 20 audit
+rounds). The mark now writes the row again when one appeared meanwhile.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import Engine, select, text
+
+from skillflow.kernel.models import utcnow
+from skillflow.storage.class_stats import mark_stale
+from skillflow.storage.schema import metadata
+
+pytestmark = pytest.mark.postgres
+
+KEY = ("agent-a", "u1", "a" * 64)
+
+
+def test_a_mark_waiting_on_a_recount_s_rewrite_of_the_row_lands_on_the_new_row(engine: Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("row locks: PostgreSQL")
+    cs = metadata.tables["class_stats"]
+    now = utcnow()
+    row = {"agent_id": KEY[0], "user_id": KEY[1], "canonical_hash": KEY[2], "newest_at": now, "stale": 0,
+           "updated_at": now}  # fmt: skip
+    with engine.begin() as conn:
+        conn.execute(cs.insert(), [row])
+    done: list[int] = []
+    with engine.connect() as recount:  # what a recount does to the row, in its own transaction
+        recount.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"))
+        recount.execute(cs.delete().where(cs.c.canonical_hash == KEY[2]))
+        recount.execute(cs.insert(), [row])
+
+        def mark() -> None:
+            with engine.begin() as conn:
+                done.append(mark_stale(conn, [KEY]))
+
+        marker = threading.Thread(target=mark)
+        marker.start()
+        time.sleep(1.0)  # the mark's UPDATE waits on the row the recount deleted
+        assert not done
+        recount.commit()
+    marker.join(30)
+    assert done
+    with engine.connect() as conn:
+        assert conn.execute(select(cs.c.stale).where(cs.c.canonical_hash == KEY[2])).scalar_one() == 1
