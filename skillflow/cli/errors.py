@@ -118,6 +118,9 @@ def _unreachable(exc: BaseException) -> str:
     return f"cannot reach {origin} ({detail}): check that it is running and the URL is right (Prefect: PREFECT_API_URL)"
 
 
+CONFLICT_STATES = ("40001", "40P01")  # PostgreSQL: a serialization failure, a deadlock
+
+
 def explain(exc: BaseException) -> CliError | None:
     """The one-line error for an expected failure, or None for a bug (which keeps its traceback)."""
     for link in _chain(exc):
@@ -134,6 +137,12 @@ def explain(exc: BaseException) -> CliError | None:
     if isinstance(exc, NoSuchModuleError | ArgumentError):
         return CliError(f"{_first_line(exc)}; a database URL must be {URL_HINT}")
     if isinstance(exc, OperationalError | DBAPIError):
+        if getattr(exc.orig, "sqlstate", None) in CONFLICT_STATES:  # the server answered: other work held the rows
+            return CliError(
+                f"database error: {_first_line(exc.orig)} (concurrent work on the same rows, retries spent: run "
+                "the command again)",
+                FAILED,
+            )
         return CliError(
             f"database error: {_first_line(exc.orig)} (is the server running? check --db or SKILLFLOW_DATABASE_URL)",
             FAILED,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ cs, cf, state = class_stats, class_fingerprints, class_stats_state
 Key = q.Key
 Partition = q.Partition
 CHUNK = 200  # keys per recount statement (a bounded IN list)
-RETRIES = 5
+RETRIES = 12  # about 12 s of backoff in all before a fold gives up (docs/guide/aggregate.md)
 ANALYZE_AFTER = 100_000  # a fold of this many runs refreshes the planner's statistics (PostgreSQL)
 T = TypeVar("T")
 log = logging.getLogger("skillflow.storage.class_stats")
@@ -90,7 +91,9 @@ def _in_snapshot(engine: Engine, work: Callable[[Connection], T]) -> T:
         except DBAPIError as exc:
             if attempt == RETRIES - 1 or not _retryable(exc):
                 raise
-            time.sleep(0.05 * (attempt + 1))
+            # Exponential with jitter: the shadow drain and late outcomes write the same fresh rows as every fold
+            # (their outbox flag, its pending mark), so under load a fold needs more than a few quick tries.
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
     raise AssertionError("unreachable")  # pragma: no cover
 
 
