@@ -7,15 +7,16 @@ count — is recomputed exactly each time with ``ORDER BY created_at DESC LIMIT 
 ``(skill_id, created_at)`` index. Cumulative counts (activations, successes, failures, deviations) are
 advanced from a per-skill watermark kept in ``stats["active"]`` (the newest ``(created_at, run_id)``
 counted), reading only activations after it, so a check costs O(new activations + w), never O(history).
-A run stored later with a ``created_at`` older than the watermark (a backdated import) still enters the
-window but not the cumulative counts; ``recount=True`` rebuilds them from scratch.
+A run stored later with a ``created_at`` older than the watermark (a backdated import, a spooled run replayed,
+an activation whose capture started before a check and committed after it) still enters the window at once and
+the cumulative counts at the next daily rebuild (:func:`_recount_due`); ``recount=True`` rebuilds them now.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -51,6 +52,7 @@ class ActiveFigures:
     since: str | None
     watermark: str | None = None
     watermark_run: str | None = None
+    recounted_at: str | None = None  # when the cumulative counts were last rebuilt from every row
     # Known outcomes among the activations as they are now, counted up to the grace period (None: judge the grace
     # on successes + failures). The cumulative counts advance from the watermark and never see an outcome that
     # changed after it was counted (a conversation's late outcome), so the grace is read from the rows.
@@ -91,7 +93,13 @@ def active_figures(
     if skill.activated_at is not None:
         cond.append(sa.created_at >= skill.activated_at)
     previous = dict((skill.stats or {}).get("active") or {})
-    incremental = not recount and previous.get("since") == since and previous.get("watermark") is not None
+    checked = utcnow()
+    incremental = (
+        not recount
+        and previous.get("since") == since
+        and previous.get("watermark") is not None
+        and not _recount_due(previous.get("recounted_at"), checked)
+    )
     # Read the new watermark first and count up to it, so a row committed meanwhile is counted next time.
     newest = conn.execute(
         select(sa.created_at, sa.run_id).where(*cond).order_by(sa.created_at.desc(), sa.run_id.desc()).limit(1)
@@ -141,8 +149,24 @@ def active_figures(
         since=since,
         watermark=previous["watermark"] if keep_mark else (newest[0].isoformat() if newest else None),
         watermark_run=previous["watermark_run"] if keep_mark else (str(newest[1]) if newest else None),
+        recounted_at=previous.get("recounted_at") if incremental else checked.isoformat(),
         known=known,
     )
+
+
+RECOUNT_EVERY = timedelta(days=1)
+
+
+def _recount_due(recounted_at: str | None, now: datetime) -> bool:
+    """The cumulative counts are rebuilt from the rows once a day: an activation whose row committed after a
+    check had moved the watermark past its ``created_at`` (set when its capture started, before the evaluator ran;
+    a spooled run replayed later) is otherwise never counted (a concurrency audit, docs/RELIABILITY.md)."""
+    if recounted_at is None:
+        return True
+    try:
+        return now - datetime.fromisoformat(recounted_at) >= RECOUNT_EVERY
+    except (TypeError, ValueError):  # a value written by hand: rebuild
+        return True
 
 
 def baseline_rate(skill: SkillRecord) -> float | None:

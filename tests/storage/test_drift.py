@@ -210,3 +210,35 @@ def test_a_skill_demoted_twice_by_one_drift_run_is_listed_once(engine: Engine, m
     assert rows == 2 and [d.skill_id for d in again.demoted] == [drifted.id]
     retry = run_drift(engine, cfg, agent_id=AGENT, user_id=USER, flow_run_id="fr-4", embedder=EMBEDDER)
     assert [d.skill_id for d in retry.demoted] == [drifted.id] and retry.checked == 1
+
+
+def test_an_activation_committed_behind_the_watermark_is_counted_by_the_daily_recount(engine: Engine) -> None:
+    """Found by a concurrency audit (2026-12-05): a run's ``created_at`` is set when its capture starts and its
+    activation commits later (after the evaluator), so a check that moved the watermark past it meanwhile never
+    counted it (4 of 5 and 6 of 10 rounds); a spooled run replayed later is behind the watermark too. The
+    cumulative counts are now rebuilt from the rows once a day."""
+    import json
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from skillflow.kernel.models import utcnow
+    from skillflow.storage.schema import skillbox
+
+    _source, skill = _active(engine)
+    _activate_runs(engine, skill.id, [True] * 5, start=5)
+    run_drift(engine, config())
+    _activate_runs(engine, skill.id, [True], start=1)  # committed now, created before the watermark
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert active["activations"] == 5 and active["recounted_at"]  # incremental: behind the watermark
+    aged = {**active, "recounted_at": (utcnow() - timedelta(hours=25)).isoformat()}
+    with engine.connect() as conn:
+        stats = {**(get_skill(conn, skill.id).stats or {}), "active": aged}
+    with engine.begin() as conn:
+        conn.execute(update(skillbox).where(skillbox.c.id == skill.id).values(stats=json.loads(json.dumps(stats))))
+    run_drift(engine, config())
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert active["activations"] == 6 and active["recounted_at"] > aged["recounted_at"]

@@ -28,7 +28,9 @@ def corrupted(engine: Engine, user: str = USER) -> SkillRecord:
     )
     since = skill.activated_at.isoformat() if skill.activated_at else None
     with engine.begin() as conn:
-        update_stats(conn, skill.id, {"active": {"since": since, "watermark": "not-a-timestamp", "watermark_run": "x"}})
+        # Recounted just now, so the check advances from the watermark (and fails reading it).
+        active = {"since": since, "watermark": "not-a-timestamp", "watermark_run": "x", "recounted_at": since}
+        update_stats(conn, skill.id, {"active": active})
     return skill
 
 
