@@ -271,7 +271,8 @@ def prepare_drift_and_shadow(url: str) -> list[str]:
     engine = make_engine(url)
     with engine.begin() as conn:
         [skill] = list_skills(conn, AGENT, CORRUPT)
-        bad = {"since": skill.activated_at.isoformat() if skill.activated_at else None, "watermark": "not-a-timestamp"}
+        since = skill.activated_at.isoformat() if skill.activated_at else None
+        bad = {"since": since, "watermark": "not-a-timestamp", "recounted_at": since}  # incremental: it reads the mark
         update_stats(conn, skill.id, {"active": {**bad, "watermark_run": "x"}})
     sf = agent(engine)
     for i in range(6):
