@@ -327,7 +327,12 @@ def run_drift(
     with engine.connect() as conn:
         ids = active_skill_ids(conn, agent_id, user_id)
         earlier = [] if dry_run or not flow_run_id else demoted_by_run(conn, flow_run_id, agent_id, user_id)
-    report = DriftReport(dry_run=dry_run, checked=len(earlier), demoted=list(earlier), skills=list(earlier))
+    # An earlier attempt's demotions are reported as it reported them, deviation flags included (a retried batch
+    # checks the partitions it had finished again: docs/RELIABILITY.md, "Found by the suite").
+    flagged = [d.skill_id for d in earlier if d.deviation_flag]
+    report = DriftReport(
+        dry_run=dry_run, checked=len(earlier), demoted=list(earlier), skills=list(earlier), flagged=flagged
+    )
     for skill_id in ids:
         try:
             result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)

@@ -24,7 +24,7 @@ from skillflow.promotion.chunk import LEASE_HELD, Prefetched, finished_reports
 from skillflow.promotion.distill import DistillOutcome
 from skillflow.promotion.evidence import Evidence
 from skillflow.promotion.gates import INSUFFICIENT, UNKNOWN_CLASS
-from skillflow.promotion.landing import ACTOR, ClassResult, record_rejection, store_skill
+from skillflow.promotion.landing import ACTOR, ClassResult, landed_by_run, record_rejection, store_skill
 from skillflow.promotion.report import (
     PromotionReport,
     apply_assessments,
@@ -214,6 +214,8 @@ def run_partition(
                 if repaired := repair_stamps(conn, agent_id, user_id):
                     log.info("partition %s/%s: %d run stamp(s) repaired", agent_id, user_id, repaired)
         stage = "aggregation"
+        # A retry of this flow run finds the skills an earlier attempt stored: reported as that attempt would have
+        own = landed_by_run(engine, agent_id, user_id, flow_run_id) if flow_run_id and not dry_run else {}
         assessments = assess_classes(
             engine,
             agent_id,
@@ -223,6 +225,7 @@ def run_partition(
             plan.cycle,
             write_stats=not dry_run,
             prefetched=prefetched.stats if prefetched else None,
+            own=own,
         )
         apply_assessments(report, assessments, now)
         report.review_flags.extend(unhashed_flags(engine, agent_id, user_id))
@@ -230,7 +233,7 @@ def run_partition(
         apply_ranking(report, below)
         stage = "classes"
         for stats in chosen:
-            result = process_class(
+            result = own.get(stats.canonical_hash) or process_class(
                 engine,
                 stats,
                 config,

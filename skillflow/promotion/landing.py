@@ -167,6 +167,28 @@ def _class_is_live(engine: Engine, stats: ClassStats) -> bool:
         return conn.execute(select(skillbox.c.id).where(skillbox.c.live_key == key)).first() is not None
 
 
+def landed_by_run(engine: Engine, agent_id: str, user_id: str, flow_run_id: str) -> dict[str, ClassResult]:
+    """The partition's live skills this flow run stored, per class, as their store returned them: an earlier
+    attempt of the flow run, killed after a store committed, that a retry (the same flow-run id) reports as
+    promoted again instead of as covered by a live skill (docs/RELIABILITY.md, "Found by the suite"). One
+    statement: the partition's live skills joined to their ``created`` lifecycle row of this flow run."""
+    from skillflow.storage.schema import skill_events, skillbox
+
+    sb, ev = skillbox.c, skill_events.c
+    q = (
+        select(sb.canonical_hash, sb.id, ev.to_status)
+        .join(skill_events, ev.skill_id == sb.id)
+        .where(
+            tenant_filter(skillbox, agent_id, user_id),
+            sb.live_key.is_not(None),
+            ev.event == "created",
+            ev.flow_run_id == flow_run_id,
+        )
+    )
+    with engine.connect() as conn:
+        return {h: ClassResult(h, "promoted", [], sid, status) for h, sid, status in conn.execute(q)}
+
+
 def _land(
     engine: Engine,
     evidence: Evidence,

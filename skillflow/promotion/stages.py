@@ -7,7 +7,8 @@ function of an engine and values, so the composition, its tests and the fault su
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -109,6 +110,7 @@ def assess_classes(
     *,
     write_stats: bool = True,
     prefetched: list[ClassStats] | None = None,
+    own: Collection[str] = (),
 ) -> list[Assessment]:
     """Read the partition's maintained class statistics and evaluate every gate; apply the rejection backoff.
 
@@ -116,6 +118,8 @@ def assess_classes(
     nothing (it reads the full aggregation when runs are pending). ``prefetched`` statistics (the chunk's read)
     are used as long as every class's ``since`` still matches its skills; a demotion or deprecation since the
     read (the staleness sweep, a concurrent drift run) makes the partition fold and read its own instead.
+    ``own`` are the classes whose live skill this flow run stored (a retry: :func:`landing.landed_by_run`): they
+    are gated as the attempt that stored them gated them, before its own skill covered (and stamped) the class.
     """
     from skillflow.promotion.staleness import registered_tools
     from skillflow.storage.class_stats import partition_stats
@@ -155,9 +159,11 @@ def assess_classes(
             waits = {r[0]: int(r[1]) for r in rows}
     out = []
     for s in stats:
+        mine = s.canonical_hash in own
         gate = evaluate_gates(
-            s, config, now, live_skill=s.canonical_hash in live, declared=declared, handoffs=handoffs, tools=tools
-        )
+            replace(s, stamped=0) if mine else s, config, now, live_skill=s.canonical_hash in live and not mine,
+            declared=declared, handoffs=handoffs, tools=tools,
+        )  # fmt: skip
         backoff = None
         if gate.eligible and s.canonical_hash in waits:
             backoff = f"backoff: retry after cycle {waits[s.canonical_hash]}"
