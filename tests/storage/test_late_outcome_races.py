@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from sqlalchemy import Engine, select, text
 
 from skillflow.lifecycle.shadow import evaluate_batch, persist
 from skillflow.storage import outbox
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import workflow_memory
 from tests.storage.test_late_outcome import MESSAGES, _agent
 from tests.support.lifecycle import EMBEDDER, config
@@ -53,11 +56,19 @@ def test_a_late_outcome_between_a_drain_s_read_and_its_write_leaves_the_run_queu
     assert _state(engine, run_id) == ("failure", 1)
 
 
+@pytest.fixture
+def pg_engine(pg_schema_url: str) -> Iterator[Engine]:
+    """A migrated PostgreSQL schema's engine (row locks are the subject: no SQLite twin)."""
+    engine = make_engine(pg_schema_url)
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
 @pytest.mark.postgres
-def test_a_late_outcome_waiting_on_a_drain_s_row_lock_re_queues_the_run(engine: Engine) -> None:
+def test_a_late_outcome_waiting_on_a_drain_s_row_lock_re_queues_the_run(pg_engine: Engine) -> None:
     """The order PostgreSQL drains in: the drain holds the run's row while it evaluates and writes."""
-    if engine.dialect.name != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
+    engine = pg_engine
     sf, run_id = _pending_run(engine)
     done: list[Any] = []
     with engine.connect() as drain:

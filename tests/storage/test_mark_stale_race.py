@@ -17,15 +17,17 @@ from sqlalchemy import Engine, select, text
 
 from skillflow.kernel.models import utcnow
 from skillflow.storage.class_stats import mark_stale
+from skillflow.storage.engine import make_engine
+from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import metadata
 
 KEY = ("agent-a", "u1", "a" * 64)
 
 
 @pytest.mark.postgres
-def test_a_mark_waiting_on_a_recount_s_rewrite_of_the_row_lands_on_the_new_row(engine: Engine) -> None:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
+def test_a_mark_waiting_on_a_recount_s_rewrite_of_the_row_lands_on_the_new_row(pg_schema_url: str) -> None:
+    engine = make_engine(pg_schema_url)  # row locks are the subject: no SQLite twin
+    migrate(engine)
     cs = metadata.tables["class_stats"]
     now = utcnow()
     row = {"agent_id": KEY[0], "user_id": KEY[1], "canonical_hash": KEY[2], "newest_at": now, "stale": 0,
@@ -51,6 +53,7 @@ def test_a_mark_waiting_on_a_recount_s_rewrite_of_the_row_lands_on_the_new_row(e
     assert done
     with engine.connect() as conn:
         assert conn.execute(select(cs.c.stale).where(cs.c.canonical_hash == KEY[2])).scalar_one() == 1
+    engine.dispose()
 
 
 def test_a_fold_outlasts_a_burst_of_serialization_failures(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
