@@ -141,7 +141,8 @@ def publish_drift_report(
     ]  # fmt: skip
     if rows:
         create_table_artifact(key="drift-skills", table=rows, description="Drift decision per ACTIVE skill")
-    get_run_logger().info("published drift report %s: %d skills, charts %s", report.report_id, len(rows), bool(charts))
+    stored = f" {report.report_id}" if report.report_id else " (each partition stored its own)"
+    get_run_logger().info("published drift report%s: %d skills, charts %s", stored, len(rows), bool(charts))
 
 
 CHILD_DEPLOYMENT = "drift-demotion/drift-partitions"

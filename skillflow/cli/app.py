@@ -110,7 +110,8 @@ def promotion_config(overrides: dict[str, Any] | None = None) -> PromotionConfig
         landing = "SHADOW" if config.require_shadow else "ACTIVE, without review"
         err_console.print(
             f"[yellow]warning:[/yellow] no config file found (no {CONFIG_PATH_ENV}, no {HOME_ENV}, no "
-            f"{PROJECT_CONFIG} in {safe(Path.cwd())} or above): built-in defaults apply "
+            f"{PROJECT_CONFIG} in {safe(Path.cwd())} or above): built-in defaults apply"
+            f"{' with the --set overrides' if overrides else ''} "
             f"(require_shadow={config.require_shadow}: new skills land {landing}; no schedules)",
             soft_wrap=True,
         )

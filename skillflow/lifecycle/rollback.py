@@ -98,6 +98,14 @@ def rollback_skill(
     return restored
 
 
+class _TargetChanged(Exception):
+    """The rollback's target was written by another decision since it was read (the transaction is undone)."""
+
+    def __init__(self, target_id: str) -> None:
+        super().__init__(target_id)
+        self.target_id = target_id
+
+
 def _rollback(
     engine: Engine,
     skill_id: str,
@@ -112,78 +120,60 @@ def _rollback(
     decision on the target) rolls back whole and changes nothing when the target is ACTIVE now, as a rollback to
     the ACTIVE version does, and is refused otherwise."""
     try:
-        return _rollback_once(engine, skill_id, to_version, actor, reason, config, flow_run_id)
+        with engine.begin() as conn:
+            skill = get_skill(conn, skill_id)
+            versions = list_skills(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
+            found = [v for v in versions if v.version == to_version]
+            if not found:
+                raise InvalidTransition(f"the class of {skill.id} has no version {to_version}")
+            target = found[0]
+            if target.status == SkillStatus.ACTIVE.value:
+                return target, False
+            problems = rollback_problems(conn, target, config)
+            if problems:
+                raise ActivationRefused(problems)
+            current = live_skill_for_class(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
+            leave: SkillStatus | None = None
+            if current is not None and current.id != target.id:
+                leave = SkillStatus.DEMOTED if current.status == SkillStatus.ACTIVE.value else SkillStatus.REJECTED
+                transition(
+                    conn, current.id, leave, actor=actor, reason=f"rolled back to v{to_version}: {reason}",
+                    flow_run_id=flow_run_id,
+                )  # fmt: skip
+            now = utcnow()
+            written = conn.execute(
+                update(skillbox)
+                .where(
+                    skillbox.c.id == target.id,
+                    skillbox.c.status == target.status,
+                    skillbox.c.updated_at == target.updated_at,
+                )
+                .values(
+                    status=SkillStatus.ACTIVE.value,
+                    **live_keys(target.agent_id, target.user_id, target.canonical_hash, target.name, True),
+                    activated_at=now,
+                    updated_at=now,
+                    demoted_at=None,
+                    demotion_reason=None,
+                )
+            )
+            if written.rowcount != 1:  # another decision wrote the target since it was read: undo this one whole
+                raise _TargetChanged(target.id)
+            restored = get_skill(conn, target.id)
+            stamped = stamp_class(conn, restored)
+            # The replaced version and the status it left in: the rollback's event, sent again by a repeat, reads
+            # them from this row (docs/guide/ops.md, "Events and automations").
+            record_event(
+                conn, restored, "rolled_back", actor=actor, from_status=target.status,
+                to_status=SkillStatus.ACTIVE.value, reason=reason, flow_run_id=flow_run_id,
+                details={"review": True, "decision": "rollback", "replaced": current.id if current else None,
+                         "replaced_status": leave.value if leave else None, "stamped": stamped,
+                         "role": restored.injection_role},
+            )  # fmt: skip
+        return restored, True
     except _TargetChanged as lost:
         with engine.connect() as conn:
-            now = get_skill(conn, lost.target_id)
-        if now.status == SkillStatus.ACTIVE.value:
-            return now, False
-        raise InvalidTransition(f"{now.id} changed while this rollback was made (now {now.status})") from None
-
-
-class _TargetChanged(Exception):
-    def __init__(self, target_id: str) -> None:
-        super().__init__(target_id)
-        self.target_id = target_id
-
-
-def _rollback_once(
-    engine: Engine,
-    skill_id: str,
-    to_version: int,
-    actor: str,
-    reason: str,
-    config: PromotionConfig,
-    flow_run_id: str | None,
-) -> tuple[SkillRecord, bool]:
-    with engine.begin() as conn:
-        skill = get_skill(conn, skill_id)
-        versions = list_skills(conn, skill.agent_id, skill.user_id, canonical_hash=skill.canonical_hash)
-        found = [v for v in versions if v.version == to_version]
-        if not found:
-            raise InvalidTransition(f"the class of {skill.id} has no version {to_version}")
-        target = found[0]
-        if target.status == SkillStatus.ACTIVE.value:
-            return target, False
-        problems = rollback_problems(conn, target, config)
-        if problems:
-            raise ActivationRefused(problems)
-        current = live_skill_for_class(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
-        leave: SkillStatus | None = None
-        if current is not None and current.id != target.id:
-            leave = SkillStatus.DEMOTED if current.status == SkillStatus.ACTIVE.value else SkillStatus.REJECTED
-            transition(
-                conn, current.id, leave, actor=actor, reason=f"rolled back to v{to_version}: {reason}",
-                flow_run_id=flow_run_id,
-            )  # fmt: skip
-        now = utcnow()
-        written = conn.execute(
-            update(skillbox)
-            .where(
-                skillbox.c.id == target.id,
-                skillbox.c.status == target.status,
-                skillbox.c.updated_at == target.updated_at,
-            )
-            .values(
-                status=SkillStatus.ACTIVE.value,
-                **live_keys(target.agent_id, target.user_id, target.canonical_hash, target.name, True),
-                activated_at=now,
-                updated_at=now,
-                demoted_at=None,
-                demotion_reason=None,
-            )
-        )
-        if written.rowcount != 1:  # another decision wrote the target since it was read: undo this one whole
-            raise _TargetChanged(target.id)
-        restored = get_skill(conn, target.id)
-        stamped = stamp_class(conn, restored)
-        # The replaced version and the status it left in: the rollback's event, sent again by a repeat, reads them
-        # from this row (docs/guide/ops.md, "Events and automations").
-        record_event(
-            conn, restored, "rolled_back", actor=actor, from_status=target.status, to_status=SkillStatus.ACTIVE.value,
-            reason=reason, flow_run_id=flow_run_id,
-            details={"review": True, "decision": "rollback", "replaced": current.id if current else None,
-                     "replaced_status": leave.value if leave else None, "stamped": stamped,
-                     "role": restored.injection_role},
-        )  # fmt: skip
-    return restored, True
+            reread = get_skill(conn, lost.target_id)
+        if reread.status == SkillStatus.ACTIVE.value:
+            return reread, False
+        raise InvalidTransition(f"{reread.id} changed while this rollback was made (now {reread.status})") from None

@@ -233,3 +233,11 @@ def test_a_database_password_is_never_printed(here: Path, url: str) -> None:
     error = run("skills", "--db", url)
     assert error.exit_code == (1 if "sslmode" in url else 2), error.output  # a URL it reads: no such host
     assert "Zq81DbPassw0rd" not in error.output and error.stderr.startswith("error: "), error.stderr
+
+
+@pytest.mark.parametrize("version", ["v0", "0", "abc", "v", "²", "v-1"])
+def test_rollback_names_a_version_it_cannot_read(here: Path, version: str) -> None:
+    """``--to`` takes N or vN (``diff`` and ``history`` write versions as vN; an outside audit's ``--to v1`` got a
+    usage box saying "not a valid integer")."""
+    text = one_error(run("rollback", "abcd1234", "--to", version, "--reason", "r", "--db", "sqlite:///x.db"), 2)
+    assert text.startswith("error: --to ") and "N or vN" in text, text

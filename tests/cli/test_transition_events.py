@@ -85,7 +85,7 @@ def test_cli_transitions_emit_events_with_tenant_labels(prefect_harness: None, t
         assert done.returncode == 0, (args, done.stdout, done.stderr)
         assert "not emitted" not in done.stderr, done.stderr
     for args in (
-        ["rollback", one, "--to", "1", "--reason", "the drift was an outage"],
+        ["rollback", one, "--to", "v1", "--reason", "the drift was an outage"],  # vN, as history writes it
         ["reject", two, "--reason", "wrong procedure"],
         ["reject", two, "--reason", "wrong procedure"],  # a repeat sends its event again, under the same id
         ["activate", one],  # ACTIVE by the rollback: a no-op, and not an activation's event to send again

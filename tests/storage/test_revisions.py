@@ -145,12 +145,17 @@ def _demote_and_redistill(engine: Engine, sf: Any, first: str) -> str:
     return str(second)
 
 
-def test_rollback_reinstates_an_earlier_version_and_moves_the_stamps(engine: Engine) -> None:
+def _two_versions(engine: Engine) -> tuple[Any, str, str]:
+    """v1 distilled and ACTIVE, demoted, then v2 distilled from new runs and ACTIVE (no shadow): (agent, v1, v2)."""
     sf = agent(engine)  # no shadow: versions land ACTIVE
     for i in range(6):
         record_cancel(sf, "u1", i)
     [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
-    second = _demote_and_redistill(engine, sf, first)
+    return sf, first, _demote_and_redistill(engine, sf, first)
+
+
+def test_rollback_reinstates_an_earlier_version_and_moves_the_stamps(engine: Engine) -> None:
+    sf, first, second = _two_versions(engine)
     assert skill(engine, second).status == "active"
     restored = rollback_skill(engine, second, 1, actor="carol", reason="v2 regressed on refunds", config=sf.config)
     assert (restored.id, restored.status, restored.demotion_reason) == (first, "active", None)
@@ -168,11 +173,7 @@ def test_rollback_reinstates_an_earlier_version_and_moves_the_stamps(engine: Eng
 
 
 def test_rollback_refuses_never_active_versions_and_removed_tools(engine: Engine) -> None:
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
-    [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
-    second = _demote_and_redistill(engine, sf, first)
+    sf, first, second = _two_versions(engine)
     with engine.begin() as conn:
         conn.execute(agent_tools.delete().where(agent_tools.c.tool_name == "cancel_reservation"))
     with pytest.raises(ActivationRefused, match="tool removed: cancel_reservation"):
@@ -202,11 +203,7 @@ def test_two_rollbacks_to_one_version_at_once_record_one_transition(
     import skillflow.lifecycle.rollback as rollback
     from skillflow.storage.engine import make_engine
 
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
-    [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
-    second = _demote_and_redistill(engine, sf, first)
+    sf, first, second = _two_versions(engine)
     checks = rollback.rollback_problems
     other = make_engine(db_url)
 
@@ -231,11 +228,7 @@ def test_runs_captured_while_a_decision_committed_take_its_stamp_at_the_next_cyc
     The set-based stamp cannot see such a run; the next promotion cycle repairs it."""
     from sqlalchemy import update
 
-    sf = agent(engine)
-    for i in range(6):
-        record_cancel(sf, "u1", i)
-    [first] = run_partition(engine, AGENT, "u1", sf.config).promoted
-    second = _demote_and_redistill(engine, sf, first)
+    sf, first, second = _two_versions(engine)
     wm = workflow_memory.c
     with engine.begin() as conn:  # what the races left: one run unstamped, one still behind the demoted v1
         ids = list(conn.execute(select(wm.id).order_by(wm.created_at.desc(), wm.id)).scalars())  # newest first

@@ -142,7 +142,9 @@ def status_cmd(
                     soft_wrap=True,  # one line: the command must survive a copy and paste
                 )
     else:
-        console.print("No runs or skills stored yet.")
+        console.print(
+            f"No runs or skills stored for agent {safe(agent_id)}." if agent_id else "No runs or skills stored yet."
+        )
     from skillflow.operations.status import UNREACHABLE
 
     if not api:

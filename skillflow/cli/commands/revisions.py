@@ -148,7 +148,7 @@ def diff_cmd(
 @app.command("rollback")
 def rollback_cmd(
     skill_id: IdArg,
-    to: Annotated[int, typer.Option("--to", min=1, help="The earlier version to make ACTIVE again.")],
+    to: Annotated[str, typer.Option("--to", help="The earlier version to make ACTIVE again: N or vN.")],
     reason: ReasonOption,
     actor: ActorOption = None,
     db: DbOption = None,
@@ -159,10 +159,15 @@ def rollback_cmd(
     from skillflow.lifecycle.rollback import rollback_skill
     from skillflow.storage.skills import InvalidTransition
 
+    digits = to[1:] if to[:1] in ("v", "V") else to  # `v2` as `diff` and `history` write versions
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        fail(f"--to {visible(to)!r}: a version is N or vN (N ≥ 1)")
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
     try:
-        skill = rollback_skill(engine, full, to, actor=_actor(actor), reason=reason, config=load_promotion_config())
+        skill = rollback_skill(
+            engine, full, int(digits), actor=_actor(actor), reason=reason, config=load_promotion_config()
+        )
     except ActivationRefused as exc:
         fail("rollback refused: " + "; ".join(exc.reasons))
         return
