@@ -264,7 +264,7 @@ def unstamp(conn: Connection, skill: SkillRecord) -> int:
     return _restamped(conn, skill, int(result.rowcount or 0))
 
 
-REPAIR_WINDOW = timedelta(hours=1)  # how long before its activation a run may have been captured and not committed
+REPAIR_WINDOW = timedelta(hours=1)  # how far from a skill's activation a run may have been captured and not committed
 
 
 def repair_stamps(conn: Connection, agent_id: str, user_id: str) -> int:
@@ -275,8 +275,9 @@ def repair_stamps(conn: Connection, agent_id: str, user_id: str) -> int:
     the class's skill before the decision and committed after it (a concurrency audit: 7-15 of about 700 runs
     unstamped under an ACTIVE skill, 4-45 of 1 400 still hidden behind a DEMOTED one). The promotion cycle runs
     this for each partition, so such runs converge within one cycle (docs/RELIABILITY.md). Unstamped runs are
-    looked for from :data:`REPAIR_WINDOW` before the activation (the class index's range), released ones by the
-    stamp index."""
+    looked for within :data:`REPAIR_WINDOW` of the activation only (a range of the class index: a run captured
+    later read the ACTIVE skill and was stamped), so the cost does not grow with the class's history; released
+    ones by the stamp index."""
     wm = workflow_memory.c
     tenant = (wm.agent_id == agent_id) & (wm.user_id == user_id)
     live = list_skills(conn, agent_id, user_id, statuses=[SkillStatus.ACTIVE])
@@ -296,10 +297,11 @@ def repair_stamps(conn: Connection, agent_id: str, user_id: str) -> int:
         changed += int(released.rowcount or 0)
         mark_stale(conn, [(agent_id, user_id, h) for (h,) in behind if h is not None])
     for skill in live:
-        since = (skill.activated_at or skill.created_at) - REPAIR_WINDOW
+        at = skill.activated_at or skill.created_at
         stamped = conn.execute(
             update(workflow_memory)
-            .where(tenant, wm.canonical_hash == skill.canonical_hash, wm.created_at >= since)
+            .where(tenant, wm.canonical_hash == skill.canonical_hash)
+            .where(wm.created_at >= at - REPAIR_WINDOW, wm.created_at <= at + REPAIR_WINDOW)
             .where(or_(wm.promoted_skill_id.is_(None), wm.promoted_skill_id != skill.id))
             .values(promoted_skill_id=skill.id)
         )
