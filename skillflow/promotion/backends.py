@@ -35,7 +35,8 @@ def get_judge(settings: Settings | None = None) -> Judge:
 def check_providers(settings: Settings | None = None) -> None:
     """Raise :class:`skillflow.promotion.llm.ProviderNotConfigured` (naming the variable) when the configured
     distiller or judge cannot be built: a cycle checks before it distills anything, so a missing key fails it
-    instead of rejecting and backing off every eligible class. Builds the clients only (no request is sent)."""
+    instead of rejecting and backing off every eligible class. Reads the settings only (no client is built)."""
     settings = settings or get_settings()
-    get_distiller(settings)
-    get_judge(settings)
+    for provider in {settings.distiller, settings.judge} & {"openai", "anthropic"}:
+        key = settings.openai_api_key if provider == "openai" else settings.anthropic_api_key
+        llm.missing_key(provider, llm.LLMOptions.from_settings(settings, key))

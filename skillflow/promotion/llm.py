@@ -144,6 +144,21 @@ def with_retries(call: Callable[[], T], options: LLMOptions, what: str) -> T:
     raise AssertionError("unreachable")
 
 
+def missing_key(provider: str, options: LLMOptions) -> None:
+    """Raise :class:`ProviderNotConfigured`, naming the variable, when ``provider`` cannot be used as configured:
+    the official OpenAI API without a key (a ``base_url`` server needs none), Anthropic without one."""
+    if provider == "openai" and options.api_key is None and options.base_url is None:
+        raise ProviderNotConfigured(
+            "SKILLFLOW_OPENAI_API_KEY is required for the official OpenAI API (the pipeline does not read "
+            "OPENAI_API_KEY); or set SKILLFLOW_LLM_BASE_URL to an OpenAI-compatible server"
+        )
+    if provider == "anthropic" and options.api_key is None:
+        raise ProviderNotConfigured(
+            "SKILLFLOW_ANTHROPIC_API_KEY is required for the Anthropic distiller/judge (the pipeline does not "
+            "read ANTHROPIC_API_KEY)"
+        )
+
+
 class OpenAIChat:
     """One chat completion through ``openai.OpenAI`` (official API or any OpenAI-compatible server)."""
 
@@ -152,11 +167,7 @@ class OpenAIChat:
     def __init__(self, options: LLMOptions) -> None:
         import openai
 
-        if options.api_key is None and options.base_url is None:
-            raise ProviderNotConfigured(
-                "SKILLFLOW_OPENAI_API_KEY is required for the official OpenAI API (the pipeline does not read "
-                "OPENAI_API_KEY); or set SKILLFLOW_LLM_BASE_URL to an OpenAI-compatible server"
-            )
+        missing_key("openai", options)
         # Local OpenAI-compatible servers (Ollama, vLLM) ignore the key but the SDK insists on one.
         key = options.api_key.get_secret_value() if options.api_key else "not-needed"
         self.options = options
@@ -188,11 +199,8 @@ class AnthropicChat:
     def __init__(self, options: LLMOptions) -> None:
         import anthropic
 
-        if options.api_key is None:
-            raise ProviderNotConfigured(
-                "SKILLFLOW_ANTHROPIC_API_KEY is required for the Anthropic distiller/judge (the pipeline does not "
-                "read ANTHROPIC_API_KEY)"
-            )
+        missing_key("anthropic", options)
+        assert options.api_key is not None  # missing_key raised otherwise
         self.options = options
         self.client = anthropic.Anthropic(
             api_key=options.api_key.get_secret_value(),
