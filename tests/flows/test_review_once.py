@@ -32,10 +32,13 @@ def _review(db: str, skill_id: str) -> dict[str, Any]:
 
 
 def _runs(skill_id: str) -> list[Any]:
+    """Every flow run of ``skill_id`` on the server, read a page at a time (the server answers 200 at most)."""
     from prefect import get_client
 
+    runs: list[Any] = []
     with get_client(sync_client=True) as client:
-        runs = client.read_flow_runs()
+        while page := client.read_flow_runs(limit=200, offset=len(runs)):
+            runs.extend(page)
     return [r for r in runs if (r.parameters.get("params") or {}).get("skill_id") == skill_id]
 
 
