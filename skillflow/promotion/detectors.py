@@ -574,7 +574,7 @@ def _credential_spans(text: str, strict: bool) -> Iterable[tuple[int, int]]:
         if m.start() < prose_end and connector in ("", "of", "to"):
             pos = m.start("value")  # a bare key inside prose is prose too ("username and password for …")
             continue
-        if _plain_value(first or m.group("value")) or (not connector and (first or "").lower() in BARE_PROSE):
+        if _plain_value(first or m.group("value")) or (not connector and prose_word(first or "", BARE_PROSE)):
             prose_end = max(prose_end, end)
             pos = m.start("value")  # past the key only: each key starts at most one match
             continue
@@ -587,13 +587,13 @@ def _more_credential_spans(text: str) -> Iterable[tuple[int, int]]:
     and a ``user:password`` pair after a cue (:data:`USER_PASS`); a prose word (``what is my password``, ``is not
     working``) is none."""
     for before in VALUE_BEFORE_KEY.finditer(text):
-        if before.group("value").lower() not in PROSE_VALUES and not PLACEHOLDER.fullmatch(before.group("value")):
+        if not prose_word(before.group("value"), PROSE_VALUES) and not PLACEHOLDER.fullmatch(before.group("value")):
             yield before.span("value")
     pos = 0
     while (m := QUALIFIED_CREDENTIAL.search(text, pos)) is not None:
         first = m.group("first")
         pos = m.start("value")
-        if _plain_value(first or m.group("value")) or (first or "").lower().rstrip(".,;:!?") in PROSE_VALUES:
+        if _plain_value(first or m.group("value")) or prose_word((first or "").rstrip(".,;:!?"), PROSE_VALUES):
             continue
         end = m.end()
         if first is not None:
@@ -624,6 +624,13 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     while end > start and text[end - 1] in ".,;:!?)]}":
         end -= 1
     return start, end
+
+
+def prose_word(word: str, words: frozenset[str]) -> bool:
+    """Whether ``word`` is one of ``words`` as prose writes it: in lower case or capitalised ("password reset",
+    "Password Reset"). Mixed or upper case is a value ("password lIMIT", "password LIMIT"): a word as prose spells
+    it is too easy a guess to hide a secret behind, one spelled otherwise is not."""
+    return word.lower() in words and (word.islower() or (word[:1].isupper() and word[1:].islower()))
 
 
 def _plain_value(value: str) -> bool:
