@@ -212,6 +212,15 @@ def backfill_batch(
         changes.append({"row": row, **ident})
     stamps = _active_skills(conn, ((c["row"].agent_id, c["row"].user_id, c["canonical_hash"]) for c in changes))
     if changes and not dry_run:
+        from skillflow.storage.class_stats import mark_stale  # the old and the new class of every re-hashed run
+
+        keys = [
+            (c["row"].agent_id, c["row"].user_id, h)
+            for c in changes
+            for h in (c["canonical_hash"], c["row"].canonical_hash)
+            if h
+        ]
+        mark_stale(conn, keys)  # before the runs, in a fold's order (storage.skills._restamp)
         conn.execute(
             _UPDATE,
             [
@@ -227,15 +236,6 @@ def backfill_batch(
                 for c in changes
             ],
         )
-        from skillflow.storage.class_stats import mark_stale  # the old and the new class of every re-hashed run
-
-        keys = [
-            (c["row"].agent_id, c["row"].user_id, h)
-            for c in changes
-            for h in (c["canonical_hash"], c["row"].canonical_hash)
-            if h
-        ]
-        mark_stale(conn, keys)
     return BatchResult(len(rows), len(changes), unchanged, no_steps, invalid, rows[-1].id)
 
 

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Row, RowMapping, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy.sql.elements import ColumnElement
 
 from skillflow.kernel.canonical import sequence_tools
 from skillflow.kernel.models import LIVE_STATUSES, InjectionRole, SkillStatus, new_id, utcnow, with_article
@@ -238,30 +239,16 @@ def record_event(
 
 def stamp_class(conn: Connection, skill: SkillRecord) -> int:
     """Stamp every run of the skill's class in its tenant (one set-based UPDATE)."""
-    result = conn.execute(
-        update(workflow_memory)
-        .where(
-            workflow_memory.c.agent_id == skill.agent_id,
-            workflow_memory.c.user_id == skill.user_id,
-            workflow_memory.c.canonical_hash == skill.canonical_hash,
-        )
-        .values(promoted_skill_id=skill.id)
-    )
-    return _restamped(conn, skill, int(result.rowcount or 0))
+    wm = workflow_memory.c
+    tenant = (wm.agent_id == skill.agent_id) & (wm.user_id == skill.user_id)
+    return _restamp(conn, skill, tenant & (wm.canonical_hash == skill.canonical_hash), skill.id)
 
 
 def unstamp(conn: Connection, skill: SkillRecord) -> int:
     """Release the skill's runs back to workflow retrieval (one set-based UPDATE)."""
-    result = conn.execute(
-        update(workflow_memory)
-        .where(
-            workflow_memory.c.agent_id == skill.agent_id,
-            workflow_memory.c.user_id == skill.user_id,
-            workflow_memory.c.promoted_skill_id == skill.id,
-        )
-        .values(promoted_skill_id=None)
-    )
-    return _restamped(conn, skill, int(result.rowcount or 0))
+    wm = workflow_memory.c
+    tenant = (wm.agent_id == skill.agent_id) & (wm.user_id == skill.user_id)
+    return _restamp(conn, skill, tenant & (wm.promoted_skill_id == skill.id), None)
 
 
 REPAIR_WINDOW = timedelta(hours=1)  # how far from a skill's activation a run may have been captured and not committed
@@ -286,36 +273,42 @@ def repair_stamps(conn: Connection, agent_id: str, user_id: str) -> int:
         skillbox.c.user_id == user_id,
         skillbox.c.status != SkillStatus.ACTIVE.value,
     )
+    from skillflow.storage.class_stats import mark_stale
+
     changed = 0
     behind = list(conn.execute(select(wm.canonical_hash).distinct().where(tenant, wm.promoted_skill_id.in_(gone))))
     if behind:
-        from skillflow.storage.class_stats import mark_stale
-
+        mark_stale(conn, [(agent_id, user_id, h) for (h,) in behind if h is not None])  # first: see _restamp
         released = conn.execute(
             update(workflow_memory).where(tenant, wm.promoted_skill_id.in_(gone)).values(promoted_skill_id=None)
         )
         changed += int(released.rowcount or 0)
-        mark_stale(conn, [(agent_id, user_id, h) for (h,) in behind if h is not None])
     for skill in live:
         at = skill.activated_at or skill.created_at
-        stamped = conn.execute(
-            update(workflow_memory)
-            .where(tenant, wm.canonical_hash == skill.canonical_hash)
-            .where(wm.created_at >= at - REPAIR_WINDOW, wm.created_at <= at + REPAIR_WINDOW)
-            .where(or_(wm.promoted_skill_id.is_(None), wm.promoted_skill_id != skill.id))
-            .values(promoted_skill_id=skill.id)
+        unstamped = (
+            tenant
+            & (wm.canonical_hash == skill.canonical_hash)
+            & (wm.created_at >= at - REPAIR_WINDOW)
+            & (wm.created_at <= at + REPAIR_WINDOW)
+            & or_(wm.promoted_skill_id.is_(None), wm.promoted_skill_id != skill.id)
         )
-        changed += _restamped(conn, skill, int(stamped.rowcount or 0))
+        if conn.execute(select(wm.id).where(unstamped).limit(1)).first() is not None:  # mark only what changes
+            changed += _restamp(conn, skill, unstamped, skill.id)
     return changed
 
 
-def _restamped(conn: Connection, skill: SkillRecord, changed: int) -> int:
-    """Runs already folded into class_stats changed their stamp: the next fold recounts the class."""
-    if changed:
-        from skillflow.storage.class_stats import mark_stale
+def _restamp(conn: Connection, skill: SkillRecord, runs: ColumnElement[bool], skill_id: str | None) -> int:
+    """Set the stamp of ``runs`` of the skill's class to ``skill_id``; returns how many runs changed.
 
-        mark_stale(conn, [(skill.agent_id, skill.user_id, skill.canonical_hash)])
-    return changed
+    Runs already folded into class_stats change their stamp, so the class is marked for a recount by the next
+    fold, and marked **first**: a fold writes the class's class_stats row before its runs, and a stamp that wrote
+    them the other way round deadlocked with it (docs/RELIABILITY.md). A class whose runs did not change is
+    recounted for nothing, which a decision can afford.
+    """
+    from skillflow.storage.class_stats import mark_stale
+
+    mark_stale(conn, [(skill.agent_id, skill.user_id, skill.canonical_hash)])
+    return int(conn.execute(update(workflow_memory).where(runs).values(promoted_skill_id=skill_id)).rowcount or 0)
 
 
 def insert_skill(
