@@ -234,7 +234,7 @@ CACHE = _TenantCache()
 
 
 def _stamp(conn: Connection, agent_id: str, user_id: str) -> tuple[Any, ...]:
-    # Every status change, vector rewrite and stats update bumps skillbox.updated_at, so the newest
+    # Every status change, edit and vector rewrite bumps skillbox.updated_at (derived figures do not), so the newest
     # updated_at of the tenant (any status) versions its matrix; with an index on (agent_id, user_id,
     # updated_at) this is one index seek. Skills are never deleted; the row fetch re-checks status anyway.
     newest = conn.execute(

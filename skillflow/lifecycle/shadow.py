@@ -370,7 +370,10 @@ def reconcile(conn: Connection, skill_ids: Iterable[str], config: PromotionConfi
     """
     count = 0
     for skill_id in sorted(set(skill_ids)):
-        locked = conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(updated_at=utcnow())).rowcount
+        # A write that changes nothing: ``updated_at`` moves only with what a reviewer decides on, so a drain
+        # never refuses a decision made meanwhile (storage.skills.update_stats).
+        lock = update(skillbox).where(skillbox.c.id == skill_id).values(status=skillbox.c.status)
+        locked = conn.execute(lock).rowcount
         if not locked:
             continue
         figures = shadow_aggregates(conn, [skill_id]).get(skill_id) or empty_shadow_stats()

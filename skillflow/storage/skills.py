@@ -462,11 +462,13 @@ def transition(
 
 
 def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> None:
-    """Merge ``patch`` into ``skillbox.stats`` (derived figures; recomputed by the flows)."""
+    """Merge ``patch`` into ``skillbox.stats`` (derived figures; recomputed by the flows).
+
+    ``updated_at`` stays: it is what a decision compares (:func:`transition`) and what versions the runtime's
+    cached skill vectors, and neither depends on these figures; bumping it made every drift check and shadow drain
+    refuse a reviewer's decision made meanwhile (docs/RELIABILITY.md)."""
     current = conn.execute(select(skillbox.c.stats).where(skillbox.c.id == skill_id)).scalar() or {}
-    conn.execute(
-        update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}, updated_at=utcnow())
-    )
+    conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}))
 
 
 def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:
