@@ -61,8 +61,8 @@ class Demo:
         console.rule(f"[bold cyan][{self.n}/{self.total}] {title}[/]  ({time.monotonic() - self.started:.0f}s)")
 
 
-TAU_AGENT = "tau-bench-airline"
-DEMO_AGENTS = (AGENT, TAU_AGENT)  # the only agents a demo database holds
+TAU_AGENTS = {"execution": "tau-bench-airline-execution", "reward": "tau-bench-airline"}  # one per outcome
+DEMO_AGENTS = (AGENT, *TAU_AGENTS.values())  # the only agents a demo database holds
 
 
 def _fresh_database(db: str) -> None:
@@ -475,25 +475,22 @@ def run_corpus(db: str, corpus: Path) -> None:
     from flows.promotion_cycle import PromotionCycleParams, promotion_cycle
     from skillflow.lab.ingest.tau_bench import ingest_tau_bench
 
-    agent, user = TAU_AGENT, "shared"
+    user = "shared"
     demo = Demo(db, 3)
     rows: dict[str, dict[str | None, Any]] = {}
+    _fresh_database(db)
+    engine = demo.engine
+    migrate(engine)
     for outcome in ("execution", "reward"):
         demo.step(f"τ-bench GPT-4o airline runs, {outcome} outcome → promotion cycle")
-        url = db if outcome == "reward" else db.replace(".db", "-execution.db")
-        _fresh_database(url)
-        engine = make_engine(url)
-        migrate(engine)
+        agent = TAU_AGENTS[outcome]  # one database, a tenant per outcome (any backend)
         rep = ingest_tau_bench(corpus, Skillflow(agent_id=agent, engine=engine), outcome=outcome)
         console.print(
-            f"{rep.runs} runs stored, one per procedure ({rep.with_identity} with a trajectory identity) in "
-            f"{safe(shown_url(url))}; outcomes {safe(dict(rep.outcomes))}"
+            f"{rep.runs} runs stored, one per procedure ({rep.with_identity} with a trajectory identity) as agent "
+            f"{agent!r} in {safe(shown_url(db))}; outcomes {safe(dict(rep.outcomes))}"
         )
         console.print(_class_table(engine, agent, user, limit=10))
-        with pinned_environment({"SKILLFLOW_DATABASE_URL": url}):  # the run records no password (ops.md, "Secrets")
-            report = promotion_cycle(
-                PromotionCycleParams(database_url=recordable_url(url), agent_id=agent, force=True)
-            )[0]
+        report = promotion_cycle(PromotionCycleParams(database_url=recordable_url(db), agent_id=agent, force=True))[0]
         console.print(_report_table(report))
         with engine.connect() as conn:
             sequences = {c.canonical_hash: c.tool_sequence for c in aggregate_classes(conn, agent, user)}

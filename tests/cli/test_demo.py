@@ -139,3 +139,54 @@ def test_the_demo_restores_the_environment_it_pins(tmp_path: Path, monkeypatch: 
     assert result.exit_code == 2 and "not the demo's" in result.stderr
     assert not any(key in os.environ for key in DEMO_SETTINGS)
     assert load_promotion_config().require_shadow is False
+
+
+def _corpus_demo(db: str, corpus: Path, tmp_path: Path) -> str:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SKILLFLOW_CONFIG", "SKILLFLOW_HOME"))},
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "COLUMNS": "160",
+    }
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "skillflow.cli.main", "demo", "--db", db, "--corpus", str(corpus)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    return proc.stdout
+
+
+def _outcome_runs(db: str) -> dict[str, int]:
+    from sqlalchemy import func, select
+
+    from skillflow.storage.engine import make_engine
+    from skillflow.storage.schema import workflow_memory as wm
+
+    engine = make_engine(db)
+    with engine.connect() as conn:
+        rows = conn.execute(select(wm.c.outcome_source, func.count()).group_by(wm.c.outcome_source)).all()
+    engine.dispose()
+    return {str(source): int(n) for source, n in rows}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_the_corpus_demo_compares_both_outcomes_in_the_database_it_is_given(
+    backend: str, tau_bench_path: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`make demo CORPUS=…` (README): both outcomes' runs land in the database given. On PostgreSQL the second pass
+    refused its own first pass's rows ("already holds skillflow data"), and the execution pass's URL was the given
+    one with ".db" replaced anywhere in it (a host such as db.example.com)."""
+    db = f"sqlite:///{tmp_path / 'demo.db'}" if backend == "sqlite" else request.getfixturevalue("pg_schema_url")
+    out = _corpus_demo(db, tau_bench_path, tmp_path)
+    panel = out.split("per-turn procedures on τ-bench", 1)[1]
+    assert "cancel_reservation: execution outcome" in panel and "episode reward as evaluator" in panel
+    assert "demo finished" in out
+    sources = _outcome_runs(db)
+    assert sources.get("execution", 0) > 0 and sources.get("given", 0) > 0, sources
+    assert sorted(p.name for p in tmp_path.glob("*.db")) == (["demo.db"] if backend == "sqlite" else [])
