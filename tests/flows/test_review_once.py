@@ -109,3 +109,34 @@ def test_the_open_review_is_found_behind_a_page_of_other_skills_reviews(prefect_
     assert again["started"] is False and again.get("already_open") is True, again
     assert again["flow_run_id"] == first["flow_run_id"]
     assert len(_runs(skill.id)) == 1
+
+
+def test_two_reviews_started_at_one_instant_start_one_run(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commands that both found no open review (they read at the same instant) started two forms. The start is
+    now idempotent on the skill's state: the second is handed the first's run."""
+    import skillflow.cli.commands.lifecycle as lifecycle
+
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    monkeypatch.setattr(lifecycle, "_open_review", lambda skill_id: None)  # both read before either started
+    first, second = _review(db, skill.id), _review(db, skill.id)
+    assert first["flow_run_id"] == second["flow_run_id"]
+    assert [str(r.id) for r in _runs(skill.id)] == [first["flow_run_id"]]
+
+
+def test_a_new_review_after_ended_ones_of_one_state_starts_each_time(prefect_harness: None, tmp_path: Path) -> None:
+    from prefect import get_client
+    from prefect.states import Cancelled
+
+    db, skill = database_with_skill(tmp_path / "x.db", SkillStatus.SHADOW)
+    _deploy()
+    seen: list[str] = []
+    for _ in range(3):  # the skill's state never changes: each ended review still lets a new one start
+        run = _review(db, skill.id)
+        assert run["started"] is True and run["flow_run_id"] not in seen
+        seen.append(run["flow_run_id"])
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(UUID(run["flow_run_id"]), Cancelled(), force=True)
+    assert len(_runs(skill.id)) == 3

@@ -198,7 +198,8 @@ _REVIEW_PAGE = 200  # runs per request (the Prefect server's default page)
 def _open_review(skill_id: str) -> Any:
     """The open review run of ``skill_id`` on the Prefect server (Scheduled, Pending, Running or Paused, oldest
     first), or None: none, or the server could not say (starting one then reports why). The run a suspended review
-    schedules at its timeout (``expires``) is not a review. Two commands at the same instant can both start one."""
+    schedules at its timeout (``expires``) is not a review. Two commands at the same instant both find none
+    (:func:`_start_review` hands them one run)."""
     from prefect import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
@@ -234,6 +235,25 @@ def _open_review(skill_id: str) -> Any:
                 offset += len(runs)
     except Exception:  # noqa: BLE001 - no deployment, no server: run_deployment says which
         return None
+
+
+def _start_review(engine: Engine, skill_id: str, params: dict[str, Any]) -> Any:
+    """Start a review run, idempotent on the skill's state (its status, revision and last change): two commands
+    that both found no open review (:func:`_open_review`) at one instant are handed one run. A review of that state
+    that has ended (answered, timed out, cancelled, crashed) is no reason to refuse a new one: the key then names
+    the ended run, and so on along the chain of ended runs."""
+    from prefect.deployments import run_deployment
+
+    from skillflow.lifecycle.revisions import current_revision
+
+    with engine.connect() as conn:
+        row = conn.execute(select(skillbox.c.status, skillbox.c.updated_at).where(skillbox.c.id == skill_id)).one()
+        key = f"skillflow-review:{skill_id}:{row.status}:{current_revision(conn, skill_id)}:{row.updated_at}"
+    while True:
+        run: Any = run_deployment(DEPLOYMENT, parameters=params, timeout=0, idempotency_key=key)  # a FlowRun
+        if run.state is None or not run.state.is_final():
+            return run
+        key = f"{key}:{run.id}"
 
 
 @app.command("review")
@@ -277,10 +297,8 @@ def review_cmd(
                  f"form at {ui}/runs/flow-run/{current.id}")
         )  # fmt: skip
         return
-    from prefect.deployments import run_deployment
-
     try:
-        run: Any = run_deployment(DEPLOYMENT, parameters=params, timeout=0)  # sync call returns a FlowRun
+        run = _start_review(engine, full, params)
     except Exception as exc:  # noqa: BLE001 - any API failure becomes one readable line
         if type(exc).__name__ == "ObjectNotFound":  # the server answers, the deployment is not on it
             fail(
