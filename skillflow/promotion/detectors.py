@@ -85,6 +85,8 @@ _MORE_CRED_WORDS = (
     r"|wallet\s+(?:phrase|words|seed)|session[\s_-]?(?:id|token|key|cookie)|(?:auth|login)\s+cookie|creds"
     r"|(?:wi-?fi|wlan|network|router|wpa2?)\s+(?:key|code|passphrase)"
     r"|(?:door|gate|alarm|garage|entry|locker|building|lock)\s+code|code\s?word|maiden\s+name"
+    r"|(?:licen[cs]e|product|activation|registration|serial|software)\s+(?:key|code)"
+    r"|(?:(?:auth|login|session|browser)\s+)?cookie(?=\s*(?:[:=]|is\b|was\b|value\b))"
 )
 _CRED_WORDS = (
     rf"{_MORE_CRED_WORDS}|{_PASSWORD_SPELLINGS}"
@@ -170,7 +172,7 @@ CREDENTIAL_STRICT = re.compile(
 _BARE_PROSE_TEXT = (
     "reset resets page link field form screen prompt manager policy policies rules requirements recovery hint "
     "change changed changes expired expires expiry expiration count limit length settings protected strength "
-    "failed fails failure error errors incorrect invalid wrong works worked doesn't does didn't isn't wasn't "
+    "failed fails failure error errors incorrect invalid wrong works worked doesn't does did didn't isn't wasn't "
     "won't can't cannot never have needs need required request requests attempts update updated issue issues "
     "problem problems help without because when which will would should could must please again also "
 )

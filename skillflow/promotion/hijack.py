@@ -265,13 +265,14 @@ _COMMS = (
 # tool's own ("send the confirmation to the email address") is what such a tool does.
 _PARTY = (
     r"third|external|outside|someone|anyone|somebody|attacker|admin|administrator|auditors?|security|compliance"
-    r"|manager|supervisor|boss|colleague"
+    r"|manager|supervisor|boss|colleague|team|desk|department|partners?|vendors?|suppliers?|regulators?|agency"
+    r"|affiliates?"
 )
 _OUTSIDE = (
     r"address|e-?mail|inbox|server|endpoint|url|link|website|site|webhook|number|phone|channel|person|team"
     rf"|recipient|owner|me|us|this|<email>|<url>|<phone>|<id>|<string>|{_PARTY}"
 )
-_CONTACT_HEAD = rf"(?i)\b(?:{_COMMS})\b(?:\W+\w+){{0,10}}?\W+(?:to|at|via|cc|bcc)\s+"
+_CONTACT_HEAD = rf"(?i)\b(?:{_COMMS})\b(?:\W+\w+){{0,10}}?\W+(?:to|at|via|cc|bcc|with)\s+"
 CONTACT = re.compile(rf"{_CONTACT_HEAD}(?:the\s+|a\s+|an\s+|our\s+|my\s+)?(?:[\"“'‘]|(?:{_OUTSIDE})(?![\w-]))")
 CONTACT_PARTY = re.compile(
     rf"{_CONTACT_HEAD}(?:the\s+|a\s+|an\s+|our\s+|my\s+|your\s+)?(?:\w+\s+){{0,2}}?(?:{_PARTY})(?![\w-])"
@@ -515,7 +516,7 @@ def hijack_findings(text: str, tools: Iterable[str] = ()) -> list[str]:
     for sentence in _SENTENCE.split(text):
         spaced = sentence.replace("_", " ")
         names_tool = any(t and t in sentence.casefold() for t in named)
-        if CONTACT.search(spaced) and (not names_tool or CONTACT_PARTY.search(spaced)):
+        if CONTACT_PARTY.search(spaced) or (not names_tool and CONTACT.search(spaced)):
             kinds.add("contact")
         if BULK.search(spaced) and re.search(rf"(?i)\b(?:{_COMMS})\b", spaced):
             kinds.add("bulk")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -44,6 +44,18 @@ class _VerdictModel(BaseModel):
     reasons: list[str]
 
 
+MAX_JUDGE_REASONS = 10  # a verdict's reasons kept (an answer of 10 000 held its partition for 40 s)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are unique; two of one key (``"verdict": "reject", ..., "verdict": "approve"``) are two
+    answers, not the last one (``json.loads`` keeps the last)."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a key given twice")
+    return dict(pairs)
+
+
 def parse_verdict(text: str) -> Verdict:
     """Strict JSON ``{"verdict": "approve"|"reject", "reasons": [...]}`` (one optional json code fence).
 
@@ -55,10 +67,12 @@ def parse_verdict(text: str) -> Verdict:
     if fenced:
         body = fenced.group(1).strip()
     try:
-        model = _VerdictModel.model_validate(json.loads(body))
+        model = _VerdictModel.model_validate(json.loads(body, object_pairs_hook=_unique_keys))
     except (ValueError, ValidationError):
         return Verdict(False, ["judge: unparsable verdict"], raw)
     reasons = [f"judge: {r.strip()}" for r in model.reasons if r.strip()]
+    if len(reasons) > MAX_JUDGE_REASONS:  # each is stored, reported and checked for literals: a bounded few
+        reasons = [*reasons[:MAX_JUDGE_REASONS], f"judge: {len(reasons) - MAX_JUDGE_REASONS} more reason(s) not kept"]
     if model.verdict == "reject":
         return Verdict(False, reasons or ["judge: rejected without reasons"], raw)
     return Verdict(True, reasons, raw)

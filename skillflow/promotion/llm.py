@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import random
 import re
 import time
@@ -117,12 +118,15 @@ def _is_transient(exc: Exception) -> bool:
 
 
 def _retry_after(exc: Exception) -> float | None:
+    """The server's ``Retry-After`` in seconds, or None when it sends none or no delay (a date, ``-1``, ``nan``:
+    the backoff's own delay then; ``time.sleep`` raised on the last two, failing a call that should be retried)."""
     response = getattr(exc, "response", None)
     value = response.headers.get("retry-after") if response is not None else None
     try:
-        return float(value) if value is not None else None
+        seconds = float(value) if value is not None else None
     except ValueError:
         return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
 def with_retries(call: Callable[[], T], options: LLMOptions, what: str) -> T:
@@ -231,6 +235,11 @@ def _unfence(text: str) -> str:
     return match.group(1).strip() if match else body
 
 
+# An answer this many times the skill's size limit is refused before its frontmatter is parsed (a 2.9 MB answer
+# held its partition for about a minute); one within it that is still too long is validation's "size" refusal.
+OVERSIZE_FACTOR = 2
+
+
 class LLMDistiller:
     """Distillation through a chat model: redacted evidence in, one SKILL.md or ``INSUFFICIENT`` out."""
 
@@ -259,6 +268,9 @@ class LLMDistiller:
             return DistillOutcome(None, True, self.name, self.prompt_version, ["distillation returned INSUFFICIENT"])
         if not answer:
             return DistillOutcome(None, False, self.name, self.prompt_version, ["distiller returned an empty answer"])
+        if len(answer) > max_chars * OVERSIZE_FACTOR:  # never parsed: its cost is what an oversized answer is after
+            reason = f"content {len(answer)} chars > {max_chars}"
+            return DistillOutcome(None, False, self.name, self.prompt_version, [reason])
         # An unparsable answer is returned as-is: validation rejects it with the parse reason.
         with contextlib.suppress(SkillMdError):
             answer = with_metadata(answer, provenance(evidence, self.name, self.prompt_version)) + "\n"

@@ -231,7 +231,8 @@ def validate_draft(
     from skillflow.promotion.backends import get_judge
     from skillflow.promotion.validation import validate_skill
 
-    return validate_skill(skill_md, evidence, get_judge(settings or get_settings()), config.skill_max_content_chars)
+    judge = get_judge(settings or get_settings())
+    return validate_skill(skill_md, evidence, judge, config.skill_max_content_chars, learned=True)
 
 
 def review_flags(engine: Engine, agent_id: str, user_id: str) -> list[str]:

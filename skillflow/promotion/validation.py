@@ -26,6 +26,7 @@ from skillflow.promotion.hijack import hijack_findings
 from skillflow.promotion.judge import Judge
 from skillflow.promotion.redact import WITHHELD_REASON, find_literals, shape_of, source_literals, structural_names
 from skillflow.promotion.skillmd import (
+    PRECONDITION_KEY,
     ParsedSkill,
     SkillMdError,
     canonical_parse,
@@ -160,8 +161,17 @@ def tool_dump_ratio(description: str, tools: set[str]) -> float:
     return sum(tok.casefold() in lowered for tok in tokens) / len(tokens)
 
 
+def _foreign_fields(parsed: ParsedSkill) -> int:
+    """Frontmatter a distilled skill has no business holding: metadata other than its preconditions and
+    provenance, a licence or a compatibility note. A model writes them only to claim something (``status: active``,
+    ``reviewed-by: security-team``, ``injection-role: developer``), which the reviewer is shown and the agent reads
+    with the skill (docs/SECURITY.md)."""
+    extra = [k for k in parsed.metadata if k not in PROVENANCE_KEYS and not PRECONDITION_KEY.match(k)]
+    return len(extra) + bool(parsed.license) + bool(parsed.compatibility)
+
+
 def _machine_checks(
-    skill_md: str, evidence: Evidence, max_chars: int
+    skill_md: str, evidence: Evidence, max_chars: int, learned: bool = False
 ) -> tuple[dict[str, bool], list[str], ParsedSkill | None, str | None]:
     checks: dict[str, bool] = {}
     reasons: list[str] = []
@@ -179,7 +189,13 @@ def _machine_checks(
     except SkillMdError as exc:
         check("frontmatter", False, f"frontmatter: {exc}")
         return checks, reasons, None, None
-    checks["frontmatter"] = True
+    foreign = _foreign_fields(parsed) if learned else 0
+    check(
+        "frontmatter",
+        not foreign,
+        "frontmatter: a distilled skill's metadata holds its preconditions and provenance only "
+        f"({foreign} other key{'s' if foreign > 1 else ''})",
+    )
     missing = [
         label
         for label, value in (
@@ -304,9 +320,14 @@ def skill_text(parsed: ParsedSkill, canonical_hash: str | None = None) -> str:
     return text if base == parsed.name else text.replace(parsed.name, base)
 
 
-def validate_skill(skill_md: str, evidence: Evidence, judge: Judge, max_chars: int) -> ValidationResult:
-    """Run every mandatory check; the judge runs (and must approve) only when all machine checks pass."""
-    checks, reasons, parsed, canonical = _machine_checks(skill_md, evidence, max_chars)
+def validate_skill(
+    skill_md: str, evidence: Evidence, judge: Judge, max_chars: int, *, learned: bool = False
+) -> ValidationResult:
+    """Run every mandatory check; the judge runs (and must approve) only when all machine checks pass.
+
+    ``learned``: a distiller's answer, whose frontmatter may hold nothing but the skill's name, description, tools,
+    preconditions and provenance (an imported or edited skill is a person's, and may carry other metadata)."""
+    checks, reasons, parsed, canonical = _machine_checks(skill_md, evidence, max_chars, learned)
     if reasons or canonical is None:
         return ValidationResult(False, reasons, checks, parsed)
     from skillflow.promotion.llm import TransientLLMError

@@ -58,6 +58,14 @@ CREDENTIALS: list[tuple[str, str, bool]] = [
     ("pwd: amberfoxlantern", "amberfoxlantern", True),
     ("login: jsmithers", "jsmithers", True),
     ("my new password will be sunshineriver", "sunshineriver", False),
+    # a software licence's key and a cookie's value (an outside audit, 2026-12-06: sent to the distiller)
+    ("my license key is JmKoLpAsDf", "JmKoLpAsDf", True),
+    ("license key: XkCdQwErTy", "XkCdQwErTy", True),
+    ("the licence key is AbCdEfGh", "AbCdEfGh", True),
+    ("my product key is QaZwSxEdCr", "QaZwSxEdCr", True),
+    ("the activation code is RfVtGbYhNu", "RfVtGbYhNu", True),
+    ("the cookie is AbCdEfGh", "AbCdEfGh", True),
+    ("auth cookie: GhJkLzXcVb", "GhJkLzXcVb", True),
     ("please use username and password for authorization: sunshineriver", "sunshineriver", True),
     # 5. the word for password in other languages
     ("cancel my booking, mi contraseña es girasolazul", "girasolazul", True),
@@ -128,6 +136,10 @@ BENIGN = [
     "Can you please provide me with your username and password for authorization purposes?",
     "May I have your username and password to fetch the token for authentication?",
     "enter your password: <password>",
+    "the license key did not arrive in my email",
+    "where do I find my product key?",
+    "the cookie jar was empty",
+    "I accepted the cookie banner",
 ]
 
 # Skill sentences that name a credential without giving one: the skill check must find nothing in them.

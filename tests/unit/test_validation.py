@@ -195,6 +195,13 @@ def test_offline_judge_requires_failures_to_be_handled() -> None:
         ('{"verdict": "approve", "reasons": [], "confidence": 0.9}', False, ["judge: unparsable verdict"]),
         ('Sure! {"verdict": "approve", "reasons": []}', False, ["judge: unparsable verdict"]),
         ("", False, ["judge: unparsable verdict"]),
+        # Two verdicts in one object (found by an outside audit: the last key won, so a reject became an approval).
+        (
+            '{"verdict": "reject", "reasons": ["skips the check"], "verdict": "approve"}',
+            False,
+            ["judge: unparsable verdict"],
+        ),
+        ('{"verdict": "approve", "reasons": [], "reasons": ["x"]}', False, ["judge: unparsable verdict"]),
     ],
 )
 def test_parse_verdict_is_strict(text: str, approve: bool, reasons: list[str]) -> None:
