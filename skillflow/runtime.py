@@ -34,6 +34,7 @@ from skillflow.capture.record import (
     write_run,
 )
 from skillflow.capture.segments import RUN_PREFIX as CONVERSATION_RUN_PREFIX
+from skillflow.capture.segments import segment_run_id
 from skillflow.injection.conversation import Conversation
 from skillflow.injection.embeddings import Embedder, get_embedder
 from skillflow.injection.guard import MAX_RETRIEVAL_CHARS, PrepareArgs
@@ -212,11 +213,6 @@ class Skillflow:
         ``strict=True`` invalid input raises :class:`RunValidationError` and a database error is re-raised
         (after spooling the run).
         """
-        if isinstance(run_id, str) and str.startswith(run_id, CONVERSATION_RUN_PREFIX):
-            error = f"run_id: the prefix {CONVERSATION_RUN_PREFIX!r} is reserved for record_conversation"
-            if _flag(strict):
-                raise RunValidationError(error)
-            return CaptureResult("", False, error=error)
         if isinstance(execution_error, BaseException):
             execution_error = type(execution_error).__name__
         elif isinstance(execution_error, type) and issubclass(execution_error, BaseException):
@@ -270,7 +266,7 @@ class Skillflow:
         from skillflow.capture.conversation import conversation_outcome
         from skillflow.capture.outcome import given_outcome
         from skillflow.capture.record import normalize_conversation_id
-        from skillflow.capture.segments import ConversationError, segment_conversation, segment_run_id, too_long
+        from skillflow.capture.segments import ConversationError, segment_conversation, too_long
 
         if not self.options.workflow_memory:
             return [CaptureResult("", False, error="workflow memory is disabled for this agent")]
@@ -359,6 +355,21 @@ class Skillflow:
                         raise
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
+    def _own(self, run: RunInput) -> None:
+        """Refuse a run this handle may not write: another agent's, or a conversation's run id (``conv-``) that is
+        not the id :meth:`record_conversation` gives this run's own conversation and position (another caller would
+        take a procedure's id before its conversation is recorded, which then never stores it)."""
+        if run.agent_id != self.agent_id:
+            raise RunValidationError("agent_id: this handle records the runs of its own agent only")
+        if run.run_id is not None and str.startswith(run.run_id, CONVERSATION_RUN_PREFIX):
+            own = run.conversation_id is not None and run.segment_index is not None and run.run_id == segment_run_id(
+                run.agent_id, run.user_id, run.conversation_id, run.segment_index
+            )
+            if not own:
+                raise RunValidationError(
+                    f"run_id: the prefix {CONVERSATION_RUN_PREFIX!r} is reserved for record_conversation"
+                )
+
     def record(
         self,
         run: RunInput | Mapping[str, Any],
@@ -375,6 +386,7 @@ class Skillflow:
         strict = _flag(strict) is True
         try:
             normalized = normalize_run(run)
+            self._own(normalized)
         except RunValidationError as exc:
             if strict:
                 raise
