@@ -57,8 +57,9 @@ def test_a_conversation_s_run_id_is_taken_only_as_that_conversation_s_procedure(
     assert [(r.run_id, r.stored, r.already_stored) for r in stored] == [(planted, True, False)]
     assert [(r[0], r[1], r[2]) for r in _rows(engine)] == [(planted, "victim-agent", "cancel my reservation R1")]
     # The corpus readers hand record() a conversation's procedure with its own id: still stored.
-    again = victim.record({"query": "cancel my reservation R1", "agent_id": "victim-agent", "user_id": "alice",
-                           "steps": STEPS, "run_id": planted, "conversation_id": "chat-42", "segment_index": 0})  # fmt: skip
+    procedure = {"query": "cancel my reservation R1", "agent_id": "victim-agent", "user_id": "alice", "steps": STEPS,
+                 "run_id": planted, "conversation_id": "chat-42", "segment_index": 0}  # fmt: skip
+    again = victim.record(procedure)
     assert again.stored and again.already_stored
 
 
