@@ -362,8 +362,10 @@ class Skillflow:
         if run.agent_id != self.agent_id:
             raise RunValidationError("agent_id: this handle records the runs of its own agent only")
         if run.run_id is not None and str.startswith(run.run_id, CONVERSATION_RUN_PREFIX):
-            own = run.conversation_id is not None and run.segment_index is not None and run.run_id == segment_run_id(
-                run.agent_id, run.user_id, run.conversation_id, run.segment_index
+            own = (
+                run.conversation_id is not None
+                and run.segment_index is not None
+                and run.run_id == segment_run_id(run.agent_id, run.user_id, run.conversation_id, run.segment_index)
             )
             if not own:
                 raise RunValidationError(
