@@ -66,7 +66,8 @@ class Step:
 
     @property
     def errored(self) -> bool:
-        return self.error not in (None, "")
+        """A failed call: an ``error`` or an ``error_class`` (an agent may record only the exception's class)."""
+        return self.error not in (None, "") or self.error_class not in (None, "")
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,16 @@ def test_a_handle_cannot_change_another_agent_s_outcome(engine: Engine) -> None:
     )
     assert not flipped.stored
     assert [r[3] for r in _rows(engine)] == ["success"]
+
+
+def test_a_step_with_an_error_class_alone_is_a_failed_call(engine: Engine) -> None:
+    """The README marks a failed call with ``error`` or ``error_class``; a step with only ``error_class`` (an agent
+    that records the exception's class) counted as a success, so a class whose every refund failed was promoted at
+    a success rate of 1.0 (the same audit)."""
+    sf = _handle(engine, "agent")
+    failed = [STEPS[0], {"tool": "cancel_reservation", "arguments": {"reservation_id": "R1"},
+                         "error_class": "PaymentDeclined"}]  # fmt: skip
+    result = sf.record_run("cancel my reservation", "alice", failed)
+    assert result.stored and result.outcome == "failure"
+    ok = sf.record_run("cancel my reservation", "alice", STEPS)
+    assert ok.outcome == "success" and ok.canonical_hash != result.canonical_hash
