@@ -123,9 +123,12 @@ _OPENERS = re.compile(
     "(?=[^A-Za-z0-9>]{0,256}[/sScC\u0080-\U0010ffff])"  # cheap filter: "<id>", "<email>" never reach escape()
 )
 # A backslash before or after the "/" (``<\/context>``, as JSON escapes it) is read through, as whitespace is.
-_ASCII_FRAME = re.compile(r"<(?=[\s\\]*(?:/[\s\\]*)?(?:skill|context)(?![a-z0-9_-]))", re.IGNORECASE)
-_FRAME_TAG = re.compile(r"\\*(?:/\\*)?(?:skill|context)(?![a-z0-9_-])")
-_ASCII_TAG = re.compile(r"[\s\\]*(?:/[\s\\]*)?(?:skill|context)(?![a-z0-9_-])", re.IGNORECASE)
+# A frame tag's name with whitespace or backslashes anywhere between its letters (``< / c o n t e x t >``), after
+# any number of slashes (``<//context>``): what a model may still read as the tag.
+_SPACED = "|".join(r"[\s\\]*".join(word) for word in ("skill", "context"))
+_ASCII_TAG = re.compile(rf"[\s\\]*(?:/[\s\\]*)*(?:{_SPACED})(?![a-z0-9_-])", re.IGNORECASE)
+_ASCII_FRAME = re.compile(rf"<(?={_ASCII_TAG.pattern})", re.IGNORECASE)
+_FRAME_TAG = re.compile(r"\\*(?:/\\*)*(?:skill|context)(?![a-z0-9_-])")
 _ASCII_LEAD = re.compile(r"[\x00-\x7f]*")
 _TAGS = ("/skill", "/context", "skill", "context")
 _WINDOW = 256

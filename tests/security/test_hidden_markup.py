@@ -210,6 +210,8 @@ CLOSERS = [
     "\u02c2/context\u02c3", "\u1438/context\u1433", "\u3008/context\u3009", "\uff1c\uff0fcontext\uff1e",
     "<\u2044context>", "<\u2215context>", "<\uff0fcontext>", "<\\\\/context>", "<\\/skill>", "<\\ /\\context>",
     "</con\U000f0000text>", "</con\ufdd0text>", "</con\u0378text>",
+    # a gate-integrity audit (2026-12-06): two slashes, and the letters spaced out
+    "<//context>", "< / c o n t e x t >", "<//skill>", "</ s k i l l>", "< // context>", "</c\tontext>",
 ]  # fmt: skip
 
 
