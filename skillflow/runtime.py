@@ -45,7 +45,7 @@ from skillflow.kernel.config import PromotionConfig, continual_learning_default,
 from skillflow.kernel.errors import InputError, WeightsNotInstalled
 from skillflow.kernel.models import RunInput, SkillStatus, Step, WorkflowOutcome, utcnow
 from skillflow.storage.engine import Budget, Deadline, capture_engine, deadline, set_statement_timeout, stale
-from skillflow.storage.migrations import SchemaNewer, require_current
+from skillflow.storage.migrations import SchemaNewer, SchemaOutdated, require_current
 from skillflow.storage.schema import workflow_memory
 
 log = logging.getLogger("skillflow.runtime")
@@ -134,6 +134,7 @@ class Skillflow:
     _timeout: float = field(init=False, default=2.0, repr=False)
     _breaker: float = field(init=False, default=30.0, repr=False)
     _down_until: float = field(init=False, default=0.0, repr=False)  # time.monotonic(): the breaker is open until
+    _schema_unchecked: bool = field(init=False, default=False, repr=False)  # the start-up check met an outage
     _declared: dict[str, bool] | None = field(init=False, default=None, repr=False)  # the last flags read
     _unwritten_tools: tuple[str, list[dict[str, Any]]] | None = field(init=False, default=None, repr=False)
 
@@ -166,7 +167,23 @@ class Skillflow:
             log.warning("%s; capture and prepare go on meanwhile", exc)
         except NOT_ANSWERING:
             log.warning("database unreachable at start-up: runs spool until it is back")
+            self._schema_unchecked = True
             self._went_down()
+
+    def _check_schema(self) -> None:
+        """The start-up schema check an outage put off, made at the first contact after it: a database still
+        behind (``skillflow migrate`` not run yet) raises :class:`DatabaseDown`, so the run spools and the replay
+        after the migration stores it (before, each run failed on a missing column, and on PostgreSQL was lost)."""
+        assert self.engine is not None
+        try:
+            with deadline(self.engine, self._timeout):
+                require_current(self.engine)
+        except SchemaNewer as exc:
+            log.warning("%s; capture and prepare go on meanwhile", exc)
+        except SchemaOutdated as exc:
+            log.warning("%s; runs spool until then", exc)
+            raise DatabaseDown("the database is behind this skillflow: runs spool until it is migrated") from exc
+        self._schema_unchecked = False
 
     # -- the database breaker ----------------------------------------------------------------------
     def _down(self) -> bool:
@@ -397,6 +414,8 @@ class Skillflow:
         try:
             if not strict:  # a strict caller gets the database's own error
                 self._check_up()
+            if self._schema_unchecked:
+                self._check_schema()
             if not self._write_tools() and not strict:
                 self._check_up()  # the registration just met the outage: the run spools without a second wait
             result = self._store(normalized, conversation)
@@ -471,6 +490,14 @@ class Skillflow:
                 removed,
                 spool.ABANDONED_AFTER_SECONDS,
             )
+        if self._schema_unchecked:
+            try:
+                self._check_schema()
+            except (DatabaseDown, *NOT_ANSWERING):
+                log.warning(
+                    "spool replay: the database is not ready; %d run(s) kept", len(spool.pending(self.spool_dir))
+                )
+                return spool.ReplayResult(0, removed_temporary=removed)
         self._write_tools(always=True)
         held: set[str] = set()  # run ids with a file kept for the next replay: their later files wait behind it
         for path in spool.pending(self.spool_dir):
