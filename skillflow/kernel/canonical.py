@@ -16,6 +16,7 @@ from typing import Any
 
 from skillflow.kernel.errors import InputError
 from skillflow.kernel.models import Step, Unit
+from skillflow.kernel.textnorm import fold
 
 DEFAULT_NOOP_TOOLS: tuple[str, ...] = ("think",)
 # The closed vocabulary of error kinds a free-text tool error is mapped to (``Error:<kind>``); anything that
@@ -140,8 +141,16 @@ def execution_succeeded(units: Sequence[Unit], execution_error: str | None) -> b
 
 
 def normalize_query(query: str | None) -> str:
-    """Strip, lowercase, collapse whitespace; the basis of distinct-query counting."""
-    return _WS.sub(" ", (query or "").strip().lower())
+    """Strip, lowercase, collapse whitespace; the basis of distinct-query counting.
+
+    A request that is not ASCII is read first as every other check reads text (``textnorm.fold``: invisible
+    characters dropped, look-alike and fullwidth letters read as the letters they show) and case-folded, so one
+    request padded with a zero-width space or spelled with a Cyrillic ``е`` is one distinct query, not several. An
+    ASCII request is normalized as before (its stored fingerprint stands)."""
+    text = (query or "").strip()
+    if not text.isascii():
+        text = fold(text).casefold()
+    return _WS.sub(" ", text.strip().lower())
 
 
 def query_fingerprint(query: str | None) -> str | None:

@@ -103,6 +103,25 @@ def test_query_normalization() -> None:
     assert canonical.query_fingerprint("   ") is None
 
 
+def test_one_request_in_invisible_or_look_alike_spellings_is_one_distinct_query() -> None:
+    """A gate-integrity audit (2026-12-06): one request padded with a zero-width space or a soft hyphen, or spelled
+    with a Cyrillic letter or fullwidth letters, counted as five distinct queries and passed the gate that asks
+    for different requests. The fingerprint reads the request as every other check does (``textnorm.fold``)."""
+    variants = [
+        "cancel my reservation",
+        "cancel my reservation\u200b",
+        "cancel my reserv\u00adation",
+        "cancel my r\u0435servation",
+        "\uff43\uff41\uff4e\uff43\uff45\uff4c my reservation",
+        "CANCEL MY RESERVATION",
+        "Straße",
+    ]
+    assert len({canonical.query_fingerprint(v) for v in variants[:6]}) == 1
+    assert canonical.normalize_query("Straße") == canonical.normalize_query("STRASSE")
+    # An ASCII request keeps the fingerprint it had: the rows already stored still count as before.
+    assert canonical.query_fingerprint("Cancel my booking") == hashlib.sha256(b"cancel my booking").hexdigest()
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
