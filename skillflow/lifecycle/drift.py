@@ -58,12 +58,15 @@ class ActiveFigures:
     # changed after it was counted (a conversation's late outcome), so the grace is read from the rows.
     known: int | None = None
 
-    def as_stats(self, baseline: float | None, flagged: bool, checked_at: datetime) -> dict[str, Any]:
+    def as_stats(
+        self, baseline: float | None, flagged: bool, checked_at: datetime, unknown_flag: bool = False
+    ) -> dict[str, Any]:
         out = asdict(self)
         out.pop("known")
         out["baseline_success_rate"] = baseline
         out["deviation_rate"] = round(self.deviations / self.activations, 6) if self.activations else 0.0
         out["deviation_flag"] = flagged
+        out["unknown_flag"] = unknown_flag
         out["checked_at"] = checked_at.isoformat()
         return out
 
@@ -74,6 +77,7 @@ class DriftDecision:
     reason: str | None
     deviation_flag: bool
     grace: bool
+    unknown_flag: bool = False
 
 
 def _after(cond: list[Any], previous: dict[str, Any]) -> list[Any]:
@@ -176,19 +180,29 @@ def baseline_rate(skill: SkillRecord) -> float | None:
 
 
 def decide(figures: ActiveFigures, baseline: float | None, config: PromotionConfig) -> DriftDecision:
-    """Demote when ``known outcomes >= grace`` and ``rolling < baseline - delta`` (strict)."""
+    """Demote when ``known outcomes >= grace`` and ``rolling < baseline - delta`` (strict).
+
+    Two review flags, never a demotion: more than half the activations took another path (``deviation_flag``),
+    and, once there are as many activations as the grace asks, more than ``max_unknown_share`` of them ended
+    ``unknown`` (``unknown_flag``: the business evaluator failed on them, e.g. a tool's answer changed shape, so
+    drift, which judges known outcomes, cannot judge the skill: the promotion gate refuses such a class)."""
     flagged = figures.activations > 0 and figures.deviations / figures.activations > 0.5
+    unknown_flag = (
+        figures.activations >= config.min_activations_before_drift_check
+        and figures.unknown / figures.activations > config.max_unknown_share
+    )
     known = figures.known if figures.known is not None else figures.successes + figures.failures
     in_grace = known < config.min_activations_before_drift_check
     if in_grace or baseline is None or figures.rolling_success_rate is None:
-        return DriftDecision(False, None, flagged, in_grace)
+        return DriftDecision(False, None, flagged, in_grace, unknown_flag)
     rolling = figures.rolling_success_rate
     # Compare in integers when possible so 7/10 vs 0.9 - 0.2 is exactly "not below" (no float drift).
     threshold = baseline - config.demotion_success_delta
     below = figures.window_successes * 1_000_000 < round(threshold * 1_000_000) * figures.window
     if below:
-        return DriftDecision(True, f"drift: rolling {rolling:.2f} vs baseline {baseline:.2f}", flagged, False)
-    return DriftDecision(False, None, flagged, False)
+        reason = f"drift: rolling {rolling:.2f} vs baseline {baseline:.2f}"
+        return DriftDecision(True, reason, flagged, False, unknown_flag)
+    return DriftDecision(False, None, flagged, False, unknown_flag)
 
 
 class SkillDrift(BaseModel):
@@ -206,6 +220,7 @@ class SkillDrift(BaseModel):
     decision: Literal["demote", "keep", "grace", "no_baseline"]
     reason: str | None = None
     deviation_flag: bool = False
+    unknown_flag: bool = False
 
 
 class DriftReport(BaseModel):
@@ -213,6 +228,7 @@ class DriftReport(BaseModel):
     checked: int = 0
     demoted: list[SkillDrift] = Field(default_factory=list)
     flagged: list[str] = Field(default_factory=list)
+    unknown_flagged: list[str] = Field(default_factory=list)  # skills most of whose activations ended unknown
     skills: list[SkillDrift] = Field(default_factory=list)
     failed: list[tuple[str, str]] = Field(default_factory=list)  # (skill id, "check failed: <ErrorClass>")
     report_id: str | None = None
@@ -247,6 +263,7 @@ def merge_reports(parts: list[DriftReport], dry_run: bool) -> DriftReport:
         total.checked += part.checked
         total.demoted.extend(part.demoted)
         total.flagged.extend(part.flagged)
+        total.unknown_flagged.extend(part.unknown_flagged)
         total.skills.extend(part.skills)
         total.failed.extend(part.failed)
     return total
@@ -272,7 +289,7 @@ def check_skill(
         )
         baseline = baseline_rate(skill)
         verdict = decide(figures, baseline, config)
-        stats = figures.as_stats(baseline, verdict.deviation_flag, utcnow())
+        stats = figures.as_stats(baseline, verdict.deviation_flag, utcnow(), verdict.unknown_flag)
         result = SkillDrift(
             skill_id=skill.id,
             agent_id=skill.agent_id,
@@ -292,6 +309,7 @@ def check_skill(
             else "keep",
             reason=verdict.reason,
             deviation_flag=verdict.deviation_flag,
+            unknown_flag=verdict.unknown_flag,
         )
         if dry_run:
             return result
@@ -330,9 +348,11 @@ def run_drift(
     # An earlier attempt's demotions are reported as it reported them, deviation flags included (a retried batch
     # checks the partitions it had finished again: docs/RELIABILITY.md, "Found by the suite").
     flagged = [d.skill_id for d in earlier if d.deviation_flag]
+    unknown = [d.skill_id for d in earlier if d.unknown_flag]
     report = DriftReport(
-        dry_run=dry_run, checked=len(earlier), demoted=list(earlier), skills=list(earlier), flagged=flagged
-    )
+        dry_run=dry_run, checked=len(earlier), demoted=list(earlier), skills=list(earlier), flagged=flagged,
+        unknown_flagged=unknown,
+    )  # fmt: skip
     for skill_id in ids:
         try:
             result = check_skill(engine, skill_id, config, dry_run=dry_run, flow_run_id=flow_run_id)
@@ -350,6 +370,8 @@ def run_drift(
             report.demoted.append(result)
         if result.deviation_flag:
             report.flagged.append(result.skill_id)
+        if result.unknown_flag:
+            report.unknown_flagged.append(result.skill_id)
     report.report_id = store_report(engine, report, agent_id, user_id, flow_run_id)
     if not dry_run:  # every tenant checked, not only those that lost a skill in this run: an earlier run killed
         # before its refit left a stale rule that injects nothing (refresh_rule is a no-op on a current one)
@@ -402,6 +424,7 @@ def demoted_by_run(conn: Connection, flow_run_id: str, agent_id: str | None, use
                 decision="demote",
                 reason=skill.demotion_reason,
                 deviation_flag=bool(active.get("deviation_flag", False)),
+                unknown_flag=bool(active.get("unknown_flag", False)),
             )
         )
     return out
@@ -439,6 +462,9 @@ def render_markdown(report: DriftReport) -> str:
         lines += [f"  - `{sid}`: {reason}" for sid, reason in report.failed]
     lines.append(f"- deviation review flags (> 50 % of activations took another path): {len(report.flagged)}")
     lines += [f"  - `{sid}`" for sid in report.flagged]
+    lines.append(f"- unknown-outcome review flags (the business outcome of most activations is unknown): "
+                 f"{len(report.unknown_flagged)}")  # fmt: skip
+    lines += [f"  - `{sid}`" for sid in report.unknown_flagged]
     if report.skills:
         lines += ["", "| skill | tenant | activations | rolling | baseline | deviation | decision |"]
         lines.append("|---|---|---:|---:|---:|---:|---|")

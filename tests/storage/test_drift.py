@@ -242,3 +242,32 @@ def test_an_activation_committed_behind_the_watermark_is_counted_by_the_daily_re
     with engine.connect() as conn:
         active = (get_skill(conn, skill.id).stats or {})["active"]
     assert active["activations"] == 6 and active["recounted_at"] > aged["recounted_at"]
+
+
+def test_a_skill_whose_activations_end_unknown_is_flagged_for_review(engine: Engine) -> None:
+    """A gate-integrity audit (2026-12-06): a business evaluator that raises once the tool's answer changes shape
+    turns every outcome into ``unknown``; drift judged known outcomes only, so after 40 such activations the skill
+    stayed in ``grace`` with no flag, where the promotion gate refuses the same class (unknown share over 0.2). It
+    is now a review flag (never a demotion: an unknown outcome says nothing of the skill)."""
+    from skillflow.runtime import Skillflow
+    from tests.support import patient_capture
+    from tests.support.lifecycle import cancel_steps
+
+    def broken(_: object) -> bool:
+        raise KeyError("accepted")
+
+    _source, skill = _active(engine)
+    with patient_capture():
+        sf = Skillflow(agent_id=AGENT, engine=engine, config=config(), workflow_outcome_evaluator=broken)
+    for i in range(12):
+        run = sf.record_run(f"cancel reservation {i}", USER, cancel_steps(), skills_activated=[skill.id],
+                            created_at=later(1 + i))  # fmt: skip
+        assert run.outcome == "unknown"
+    report = run_drift(engine, config())
+    assert report.demoted == [] and report.skills[0].decision == "grace"
+    assert report.unknown_flagged == [skill.id] and report.skills[0].unknown_flag is True
+    with engine.connect() as conn:
+        active = (get_skill(conn, skill.id).stats or {})["active"]
+    assert active["unknown"] == 12 and active["unknown_flag"] is True
+    assert "unknown-outcome review flags" in render_markdown(report)
+    assert decide(_figures(10, 10), 0.9, config()).unknown_flag is False
