@@ -412,7 +412,7 @@ def write_run(
             query=run.query,
             query_fingerprint=canonical.query_fingerprint(run.query),
             canonical_hash=chash,
-            tool_sequence=canonical.tool_sequence(units)[:4000] or None,
+            tool_sequence=canonical.stored_sequence(units),
             step_count=len(run.steps),
             outcome=resolution.outcome.value,
             execution_outcome=execution.value,

@@ -125,9 +125,18 @@ def canonical_hash(units: Sequence[Unit]) -> str | None:
     return hashlib.sha256(signature_json(units).encode("utf-8")).hexdigest()
 
 
+MAX_TOOL_SEQUENCE = 4000  # characters of a tool sequence a row stores (its column); a longer one is cut there
+
+
 def tool_sequence(units: Sequence[Unit]) -> str:
     """Human-readable ``a > b > c`` form of a signature (errored units marked ``!``)."""
     return " > ".join(u.tool + ("!" if u.errored else "") for u in units)
+
+
+def stored_sequence(units: Sequence[Unit]) -> str | None:
+    """:func:`tool_sequence` as a row stores it: cut to :data:`MAX_TOOL_SEQUENCE` characters (the promotion gates
+    refuse a class whose sequence is that long), None when empty."""
+    return tool_sequence(units)[:MAX_TOOL_SEQUENCE] or None
 
 
 def sequence_tools(tool_sequence: str | None) -> tuple[str, ...]:

@@ -139,7 +139,7 @@ def _identity(steps_doc: Any, query: str, noop_tools: Sequence[str]) -> dict[str
     return {
         "canonical_hash": chash,
         "signature": [u.as_hashable() for u in units],
-        "tool_sequence": canonical.tool_sequence(units)[:4000] or None,
+        "tool_sequence": canonical.stored_sequence(units),
         "step_count": len(steps),
         "query_fingerprint": canonical.query_fingerprint(query),
     }

@@ -6,7 +6,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from skillflow.kernel.canonical import sequence_tools
+from skillflow.kernel.canonical import MAX_TOOL_SEQUENCE, sequence_tools
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
 from skillflow.kernel.state import changes_state
@@ -17,8 +17,10 @@ INSUFFICIENT = "distillation returned INSUFFICIENT"
 TRIVIAL = "trivial: a single read-only call"
 READ_ONLY_CLASS = "read-only: no state-changing call"
 HANDOFF_CLASS = "hand-off: calls a declared hand-off tool"
+TOO_LONG = f"too long: the procedure's tool sequence exceeds {MAX_TOOL_SEQUENCE} characters"
 GATE_NAMES = (
     "not_covered",
+    "length",
     "not_trivial",
     "read_only",
     "handoff",
@@ -114,6 +116,9 @@ def evaluate_gates(
     days = whole_days_since(stats.last_seen, now)
     ordered: list[tuple[str, bool, str]] = [
         ("not_covered", not (live_skill or stats.stamped > 0), COVERED),
+        # Capture stores a class's tool sequence cut to its column: the gates below would read a cut procedure
+        # (a hand-off or the only write past the cut unseen), so a procedure that long is not read at all.
+        ("length", len(stats.tool_sequence or "") < MAX_TOOL_SEQUENCE, TOO_LONG),
         ("not_trivial", config.promote_trivial_classes or not is_trivial(stats, declared), TRIVIAL),
         (
             "read_only",

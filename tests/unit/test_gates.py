@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import ClassStats
-from skillflow.promotion.gates import COVERED, evaluate_gates
+from skillflow.promotion.gates import COVERED, TOO_LONG, evaluate_gates
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -40,6 +41,7 @@ def test_exactly_at_every_threshold_is_eligible() -> None:
     assert result.eligible and result.reasons == []
     assert result.checks == {
         "not_covered": True,
+        "length": True,
         "not_trivial": True,
         "read_only": True,
         "handoff": True,
@@ -72,6 +74,7 @@ def test_first_failure_wins_but_every_check_is_computed() -> None:
     assert result.reasons == ["executions 3 < 5"]
     assert result.checks == {
         "not_covered": True,
+        "length": True,
         "not_trivial": True,
         "read_only": True,
         "handoff": True,
@@ -176,3 +179,19 @@ def test_handoff_gate_holds_back_a_class_calling_a_declared_handoff_tool() -> No
     # A gate earlier in the order is reported first.
     lookup = replace(stats(), tool_sequence="get_user_details")
     assert evaluate_gates(lookup, CFG, NOW, False, declared, hands).reasons != [HANDOFF_CLASS]
+
+
+def test_a_procedure_cut_at_capture_is_not_read() -> None:
+    """A gate-integrity audit (2026-12-06): capture cuts a class's tool sequence at 4000 characters, and the gates
+    read the cut text: a declared hand-off call past the cut passed the hand-off gate (and the only write past it
+    would have read as read-only)."""
+    from skillflow.kernel.canonical import MAX_TOOL_SEQUENCE
+
+    long = " > ".join(["update_ticket", *["get_flight_status"] * 220, "transfer_to_human_agents"])[:MAX_TOOL_SEQUENCE]
+    base = stats(executions=10, successes=10, distinct=5, days=1)
+    result = evaluate_gates(
+        replace(base, tool_sequence=long), CFG, NOW, live_skill=False, handoffs=["transfer_to_human_agents"]
+    )
+    assert not result.eligible and result.reasons == [TOO_LONG] and result.checks["length"] is False
+    short = " > ".join(["update_ticket", *["get_flight_status"] * 3])
+    assert evaluate_gates(replace(base, tool_sequence=short), CFG, NOW, live_skill=False).eligible
