@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +39,10 @@ class SkillflowGroup(TyperGroup):
     """Runs a command; an expected failure is one ``error:`` line on stderr (docs/RELIABILITY.md)."""
 
     def invoke(self, ctx: Any) -> Any:  # the Context class of the installed click or typer
+        quiet = _ExpectedFailureTracebacks()
+        flow_runs = logging.getLogger("prefect.flow_runs")
+        if not _debug(ctx):
+            flow_runs.addFilter(quiet)
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort, typer.TyperException):
@@ -50,6 +55,21 @@ class SkillflowGroup(TyperGroup):
                 raise
             err_console.print(f"[red]error:[/red] {safe(error.message)}", soft_wrap=True)
             raise typer.Exit(error.code) from None
+        finally:
+            flow_runs.removeFilter(quiet)
+
+
+class _ExpectedFailureTracebacks(logging.Filter):
+    """Drops the traceback Prefect's flow engine logs with a flow run's exception when the command will state that
+    exception as its one ``error:`` line (:func:`explain`): a failed partition printed 17 lines of Prefect's frames
+    before it. Prefect's own line stays; a bug keeps its traceback, and ``--debug`` shows every one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and explain(exc) is not None:
+            record.exc_info = None
+            record.exc_text = None
+        return True
 
 
 def _debug(ctx: Any) -> bool:

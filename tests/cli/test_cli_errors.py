@@ -241,3 +241,33 @@ def test_rollback_names_a_version_it_cannot_read(here: Path, version: str) -> No
     usage box saying "not a valid integer")."""
     text = one_error(run("rollback", "abcd1234", "--to", version, "--reason", "r", "--db", "sqlite:///x.db"), 2)
     assert text.startswith("error: --to ") and "N or vN" in text, text
+
+
+@pytest.mark.prefect
+def test_a_failed_partition_is_one_error_line_without_prefect_s_traceback(tmp_path: Path) -> None:
+    """An outside audit (2026-12-06): with the provider down past every retry, `skillflow cycle` printed Prefect's
+    17-line traceback of ``PartitionsFailed`` (its flow engine logs the flow's exception) before its own line."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.promotion import seed_cancels
+
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    seed_cancels(db, "u1")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SKILLFLOW_", "PREFECT_API_URL"))},
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "SKILLFLOW_DISTILLER": "openai",
+        "SKILLFLOW_OPENAI_API_KEY": "sk-test",
+        "SKILLFLOW_LLM_BASE_URL": "http://127.0.0.1:9/v1",  # nothing listens: a connection error, transient
+        "SKILLFLOW_LLM_MAX_RETRIES": "0",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "skillflow.cli.main", "cycle", "--db", db, "--force"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "error: 1 of 1 partition(s) failed" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "Encountered exception during execution" in proc.stderr  # Prefect's line stays, without the traceback
