@@ -153,7 +153,7 @@ _UPDATE = (
         signature=bindparam("b_signature", type_=wm.c.signature.type),
         tool_sequence=bindparam("b_seq"),
         step_count=bindparam("b_steps"),
-        query_fingerprint=func.coalesce(wm.c.query_fingerprint, bindparam("b_fingerprint")),
+        query_fingerprint=bindparam("b_fingerprint"),  # the current reading of the request (a forced run rewrites it)
         promoted_skill_id=func.coalesce(wm.c.promoted_skill_id, bindparam("b_stamp")),
     )
 )
@@ -183,7 +183,7 @@ def backfill_batch(
 ) -> BatchResult:
     """Process the next batch after ``after_id`` (keyset on id) in the caller's transaction."""
     q = select(wm.c.id, wm.c.agent_id, wm.c.user_id, wm.c.query, wm.c.steps, wm.c.canonical_hash, wm.c.signature,
-               wm.c.tool_sequence).where(*_scope(agent_id))  # fmt: skip
+               wm.c.tool_sequence, wm.c.query_fingerprint).where(*_scope(agent_id))  # fmt: skip
     if not force:
         q = q.where(wm.c.canonical_hash.is_(None))
     if after_id is not None:
@@ -202,10 +202,11 @@ def backfill_batch(
         if ident is None:
             no_steps += 1
             continue
-        if (row.canonical_hash, row.signature, row.tool_sequence) == (
+        if (row.canonical_hash, row.signature, row.tool_sequence, row.query_fingerprint) == (
             ident["canonical_hash"],
             ident["signature"],
             ident["tool_sequence"],
+            ident["query_fingerprint"],
         ):
             unchanged += 1
             continue

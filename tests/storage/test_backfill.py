@@ -159,3 +159,23 @@ def test_cli_backfill_then_classes(tmp_path: Any, prefect_harness: None) -> None
     table = runner.invoke(app, ["classes", "--db", url, "--user-id", "u1"])
     assert table.exit_code == 0 and GOLDEN[:12] in table.output
     engine.dispose()
+
+
+def test_a_forced_backfill_brings_fingerprints_to_the_current_reading(engine: Engine) -> None:
+    """A request's fingerprint reads a non-ASCII request through ``fold`` since 2026-12-06 (one request spelled with
+    a zero-width space is one distinct query): ``--force`` rewrites the fingerprints stored before, identity
+    unchanged or not; ASCII requests' fingerprints do not change."""
+    import hashlib
+
+    _legacy(engine, 2)
+    run_backfill(engine, agent_id="legacy")
+    wm = workflow_memory
+    old = hashlib.sha256("refund order 0\u200b".encode()).hexdigest()  # as the old normalization stored it
+    with engine.begin() as conn:
+        conn.execute(wm.update().where(wm.c.id == "legacy-0000").values(query="Refund order 0\u200b",
+                                                                         query_fingerprint=old))  # fmt: skip
+    forced = run_backfill(engine, agent_id="legacy", force=True)
+    assert forced.updated == 1
+    rows = {r["id"]: r["query_fingerprint"] for r in _rows(engine)}
+    assert rows["legacy-0000"] == query_fingerprint("Refund order 0") != old
+    assert run_backfill(engine, agent_id="legacy", force=True).updated == 0
