@@ -16,7 +16,7 @@ from pydantic.config import JsonDict
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import SkillStatus, with_article
 from skillflow.lifecycle.review import ReviewEvidence, ReviewOutcome
-from tasks.common import deployment_of_run, flow_run_id, run_name
+from tasks.common import FlowParams, deployment_of_run, flow_run_id, run_name
 from tasks.events import emit_review
 from tasks.review import (
     apply_decision,
@@ -96,7 +96,7 @@ class ReviewExpiry(BaseModel):
     key: str = Field(..., min_length=1, max_length=128, description="The pause key it waits under")
 
 
-class ActivationReviewParams(BaseModel):
+class ActivationReviewParams(FlowParams):
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")
     skill_id: str = Field(..., min_length=1, max_length=64, description="The skill to review")
     timeout_seconds: int = Field(3600, ge=1, le=30 * 86_400, description="Unanswered reviews keep the skill in shadow")

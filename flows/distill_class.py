@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
-from tasks.common import run_name
+from tasks.common import FlowParams, run_name
 from tasks.events import emit_promotion
 from tasks.promotion import distill_one_class
 from tasks.reporting import publish_report
 
 
-class DistillClassParams(BaseModel):
+class DistillClassParams(FlowParams):
     """One class of one tenant, by hash or unique hash prefix (at least 4 characters)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.drift import DriftReport
-from tasks.common import TenantScope, flow_run_id, run_name
+from tasks.common import FlowParams, TenantScope, flow_run_id, run_name
 from tasks.drift import check_partitions, fan_out_drift, list_active_partitions, publish_drift_report
 from tasks.fanout import FanOut, FleetSettings, current_work_pool, resolve_mode
 
@@ -20,7 +20,7 @@ DESCRIPTION = (
 )
 
 
-class DriftDemotionParams(BaseModel):
+class DriftDemotionParams(FlowParams):
     """Parameters of one drift check (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -5,20 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
-from tasks.common import TenantScope, run_name
+from tasks.common import FlowParams, TenantScope, run_name
 from tasks.fanout import FanOut, FleetSettings, resolve_mode
 from tasks.promotion import fan_out_partitions, list_partitions, run_partitions
 from tasks.reporting import publish_report
 from tasks.shadow import note_backlog
 
 
-class PromotionCycleParams(BaseModel):
+class PromotionCycleParams(FlowParams):
     """Parameters of one promotion cycle (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -12,19 +12,19 @@ from datetime import datetime
 from typing import Any
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.kernel.models import utcnow
 from skillflow.promotion.backends import check_providers
 from skillflow.promotion.report import PromotionReport
-from tasks.common import batch_name
+from tasks.common import FlowParams, batch_name
 from tasks.fanout import FleetSettings, current_work_pool
 from tasks.promotion import run_partitions
 from tasks.reporting import publish_report
 
 
-class PromotionPartitionsParams(BaseModel):
+class PromotionPartitionsParams(FlowParams):
     """A chunk of partitions (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -6,11 +6,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from prefect import flow
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.shadow import DrainReport
-from tasks.common import run_parameters
+from tasks.common import FlowParams, run_parameters
 from tasks.fanout import FanOut, resolve_mode
 from tasks.shadow import drain_outbox, fan_out_drains, publish_shadow_summary, requeue_backlog
 
@@ -22,7 +22,7 @@ def drain_run_name() -> str:
     return "-".join(["shadow-drain", *flags, *([str(get("fan_out"))] if get("fan_out") else [])])
 
 
-class ShadowEvaluationParams(BaseModel):
+class ShadowEvaluationParams(FlowParams):
     """Parameters of one drain (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="SQLAlchemy URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import load_promotion_config
 from skillflow.operations import backfill
-from tasks.common import TenantScope, engine_for, flow_run_id, stage
+from tasks.common import FlowParams, TenantScope, engine_for, flow_run_id, stage
 
 
-class BackfillParams(BaseModel):
+class BackfillParams(FlowParams):
     """Parameters of the backfill-canonical-hashes flow (rendered as a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="Database URL (default: $SKILLFLOW_DATABASE_URL)")

@@ -11,7 +11,7 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from sqlalchemy import Engine
 
 from skillflow.kernel.config import DEFAULT_DATABASE_URL, Settings
@@ -23,6 +23,13 @@ from skillflow.storage.migrations import require_current
 def _none_is_all(value: object) -> object:
     """``None`` (the CLI's unset option, an old saved parameter set) means every tenant, like ``""``."""
     return "" if value is None else value
+
+
+class FlowParams(BaseModel):
+    """A flow's parameters: a key it does not know is refused, as the config file refuses one. A misspelt
+    ``dryrun`` was dropped, so a requested dry run ran for real (docs/RELIABILITY.md)."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 # An optional agent or user id in a flow's form: a plain text box, empty meaning every agent or user.

@@ -7,19 +7,19 @@ from pathlib import Path
 from prefect import get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from skillflow.kernel.config import Settings
 from skillflow.quality import QualityOptions, QualityReport
 from skillflow.quality.report import render_markdown, store, table_rows, write_html
-from tasks.common import engine_for, flow_run_id, stage
+from tasks.common import FlowParams, engine_for, flow_run_id, stage
 
 REPORT_KEY = "data-quality-report"
 HTML_KEY = "data-quality-html"
 CHECKS_KEY = "data-quality-checks"
 
 
-class DataQualityParams(BaseModel):
+class DataQualityParams(FlowParams):
     """Parameters of the data-quality flow (a form in the Prefect UI)."""
 
     database_url: str | None = Field(None, description="Database URL (default: $SKILLFLOW_DATABASE_URL)")
