@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -200,6 +201,12 @@ def run_partition(
         report.partition_skipped = LEASE_HELD
         finish_partition(engine, report, mark=False)
         return report
+    if not dry_run:  # another flow run may have cycled the partition between the read above and the lease
+        with engine.connect() as conn:
+            current = cycle_count(conn, agent_id, user_id) + 1
+        if current != plan.cycle:
+            plan = replace(plan, cycle=current)
+            report.cycle = current
     stage = "sweep"
     try:
         swept = sweep(

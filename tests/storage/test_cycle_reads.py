@@ -281,3 +281,28 @@ def test_sqlite_reads_pending_runs_off_the_pending_index(sqlite_engine: Engine) 
             plan = [r[3] for r in conn.execute(text("EXPLAIN QUERY PLAN " + sql))]
             assert any("ix_workflow_memory_stats_pending" in p for p in plan), (name, plan)
             assert not [p for p in plan if p.startswith("SCAN workflow_memory")], (name, plan)
+
+
+def test_a_cycle_counts_one_another_flow_run_made_after_its_chunk_read(
+    db_url: str,
+    offline_providers: None,  # noqa: F811
+) -> None:
+    """A fleet audit (2026-12-06): a chunk reads its partitions' counters before it takes each one's lease; the
+    re-qualification automation's run cycled a partition meanwhile, and the chunk's cycle then reported the same
+    cycle number and did not advance the counter (cycles 1, 2, 2; counter 2): the rejection backoff, counted in
+    cycles, ran a cycle long. The cycle's number is read again once the lease is held."""
+    from sqlalchemy import select
+
+    from skillflow.storage.schema import partition_state
+    from tests.support.promotion import cancel_history
+
+    engine, _ = cancel_history(db_url)
+    cfg, p = config(), ("agent-a", "u1")
+    first = run_partition(engine, *p, cfg, force=True, flow_run_id="cycle-run-1")
+    early = prefetch(engine, [p], cfg, dry_run=False, force=True, flow_run_id="chunk-B")
+    other = run_partition(engine, *p, cfg, force=True, flow_run_id="requalify-A")
+    late = run_partition(engine, *p, cfg, force=True, flow_run_id="chunk-B", prefetched=early[p])
+    with engine.connect() as conn:
+        count = conn.execute(select(partition_state.c.cycle_count).where(partition_state.c.user_id == "u1")).scalar()
+    assert (first.cycle, other.cycle, late.cycle, count) == (1, 2, 3, 3)
+    engine.dispose()
