@@ -236,6 +236,9 @@ def test_slots_taken_with_no_chunk_running_are_reported_leaked_with_the_reset(
     assert result.exit_code == 0, result.output
     assert "2 slot(s) of the global concurrency limit skillflow-partitions are taken" in result.output
     assert "`prefect gcl update skillflow-partitions --active-slots 0`" in result.output  # on one line
+    # A fleet audit (2026-12-06): a dead chunk's slot frees itself when its lease expires; the reset first advised
+    # then would take a slot off live chunks' count once Prefect frees it too.
+    assert "until its lease expires (5 minutes at most), when Prefect frees it: look again then" in result.output
     body = json.loads(runner.invoke(app, ["status", "--db", _url(engine), "--prefect-api", api, "--json"]).output)
     assert body["partition_slots"]["leaked"] is True and body["partition_slots"]["active_slots"] == 2
 

@@ -165,9 +165,11 @@ def status_cmd(
         console.print(
             visible(
                 f"warning: {slots['active_slots']} slot(s) of the global concurrency limit {slots['limit']} are taken "
-                "while no promotion-partitions run is in progress: their releases were lost (a Prefect server "
-                'restarted with its concurrency leases in memory; docs/guide/ops.md, "What to watch"). With no '
-                f"chunk running, free them: `{slots['reset_command']}`"
+                "while no promotion-partitions run is in progress. A chunk that died holds its slot until its lease "
+                "expires (5 minutes at most), when Prefect frees it: look again then. Still taken after that, their "
+                "releases were lost (a Prefect server restarted with its concurrency leases in memory; "
+                'docs/guide/ops.md, "What to watch"); with no chunk running, free them: '
+                f"`{slots['reset_command']}`"
             ),
             markup=False,
             soft_wrap=True,  # one line: the command must survive a copy and paste
