@@ -91,11 +91,15 @@ def cycle_partition(
 
 @stage(run_name="partition-failed-{agent_id}-{user_id}")
 def record_partition_failure(
-    database_url: str | None, agent_id: str, user_id: str, dry_run: bool, reason: str
+    database_url: str | None, agent_id: str, user_id: str, dry_run: bool, reason: str, owner: str | None = None
 ) -> PromotionReport:
-    """Store the report of a partition whose cycle failed: which stage, which error class (never a message)."""
+    """Store the report of a partition whose cycle failed: which stage, which error class (never a message).
+
+    ``owner``: the flow run that owed the report (a fan-out's crashed child; default this run), under whose id it
+    is stored, so that the owner's retry replaces it with its own rather than adding a second report of the cycle.
+    """
     report = cycle.record_partition_failure(
-        engine_for(database_url), agent_id, user_id, reason, dry_run=dry_run, flow_run_id=flow_run_id()
+        engine_for(database_url), agent_id, user_id, reason, dry_run=dry_run, flow_run_id=owner or flow_run_id()
     )
     log_report(report)
     return report
@@ -201,7 +205,7 @@ def run_partitions(
                 report = state.result()
             else:
                 reason = cycle.failure_reason(state.result(raise_on_failure=False))
-                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
+                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason, child.flow_run_id)
             done([report])
 
         run_batched(partitions, per_task, batch, alone, done)
@@ -256,6 +260,6 @@ def fan_out_partitions(
                 )
             elif report is None:
                 reason = f"child run {child.state.lower()}"
-                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
+                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason, child.flow_run_id)
             reports.append(report)
     return reports

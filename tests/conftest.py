@@ -123,6 +123,15 @@ def pg_schema_url() -> Iterator[str]:
     yield from _pg_engine()
 
 
+@pytest.fixture
+def pg_engine(pg_schema_url: str) -> Iterator[Engine]:
+    """A migrated PostgreSQL schema's engine, for tests whose subject is the server's row locks (no SQLite twin)."""
+    engine = make_engine(pg_schema_url)
+    migrate(engine)
+    yield engine
+    engine.dispose()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database URL on each backend: empty (SQLite file; PostgreSQL schema), or, when the test also uses

@@ -86,7 +86,7 @@ _MORE_CRED_WORDS = (
     r"|(?:wi-?fi|wlan|network|router|wpa2?)\s+(?:key|code|passphrase)"
     r"|(?:door|gate|alarm|garage|entry|locker|building|lock)\s+code|code\s?word|maiden\s+name"
     r"|(?:licen[cs]e|product|activation|registration|serial|software)\s+(?:key|code)"
-    r"|(?:(?:auth|login|session|browser)\s+)?cookie(?=\s*(?:[:=]|is\b|was\b|value\b))"
+    r"|(?:(?:auth|login|session|browser)\s+)?cookie(?=\s*[:=]|\s+(?:is|was)\s+(?!(?-i:[a-z]+)\b)|\s+value\b)"
 )
 _CRED_WORDS = (
     rf"{_MORE_CRED_WORDS}|{_PASSWORD_SPELLINGS}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, func, select, text
@@ -18,20 +17,9 @@ from sqlalchemy import Engine, func, select, text
 from skillflow.kernel.models import SkillStatus, utcnow
 from skillflow.storage import class_stats_sql as q
 from skillflow.storage.class_stats import fold
-from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import workflow_memory
 from skillflow.storage.skills import get_skill, repair_stamps, transition
 from tests.support.lifecycle import AGENT, USER, class_hash, make_skill, record
-
-
-@pytest.fixture
-def pg_engine(pg_schema_url: str) -> Iterator[Engine]:
-    """A migrated PostgreSQL schema's engine (row locks are the subject: no SQLite twin)."""
-    engine = make_engine(pg_schema_url)
-    migrate(engine)
-    yield engine
-    engine.dispose()
 
 
 def _class_with_pending_runs(engine: Engine) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,8 +18,6 @@ from sqlalchemy import Engine, select, text
 
 from skillflow.lifecycle.shadow import evaluate_batch, persist
 from skillflow.storage import outbox
-from skillflow.storage.engine import make_engine
-from skillflow.storage.migrations import migrate
 from skillflow.storage.schema import workflow_memory
 from tests.storage.test_late_outcome import MESSAGES, _agent
 from tests.support.lifecycle import EMBEDDER, config
@@ -54,15 +51,6 @@ def test_a_late_outcome_between_a_drain_s_read_and_its_write_leaves_the_run_queu
     with engine.begin() as conn:
         persist(conn, runs, new)
     assert _state(engine, run_id) == ("failure", 1)
-
-
-@pytest.fixture
-def pg_engine(pg_schema_url: str) -> Iterator[Engine]:
-    """A migrated PostgreSQL schema's engine (row locks are the subject: no SQLite twin)."""
-    engine = make_engine(pg_schema_url)
-    migrate(engine)
-    yield engine
-    engine.dispose()
 
 
 @pytest.mark.postgres
