@@ -205,7 +205,7 @@ def run_partitions(
                 report = state.result()
             else:
                 reason = cycle.failure_reason(state.result(raise_on_failure=False))
-                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason, child.flow_run_id)
+                report = record_partition_failure(database_url, agent_id, user_id, dry_run, reason)
             done([report])
 
         run_batched(partitions, per_task, batch, alone, done)
