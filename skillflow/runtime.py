@@ -376,7 +376,7 @@ class Skillflow:
         """Refuse a run this handle may not write: another agent's, or a conversation's run id (``conv-``) that is
         not the id :meth:`record_conversation` gives this run's own conversation and position (another caller would
         take a procedure's id before its conversation is recorded, which then never stores it)."""
-        if run.agent_id != self.agent_id:
+        if run.agent_id != normalize_tenant("agent_id", self.agent_id):  # plain str on both sides
             raise RunValidationError("agent_id: this handle records the runs of its own agent only")
         if run.run_id is not None and str.startswith(run.run_id, CONVERSATION_RUN_PREFIX):
             own = (

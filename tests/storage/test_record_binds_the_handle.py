@@ -86,3 +86,21 @@ def test_a_step_with_an_error_class_alone_is_a_failed_call(engine: Engine) -> No
     assert result.stored and result.outcome == "failure"
     ok = sf.record_run("cancel my reservation", "alice", STEPS)
     assert ok.outcome == "success" and ok.canonical_hash != result.canonical_hash
+
+
+def test_a_hostile_str_subclass_as_the_handle_s_agent_id_never_makes_capture_raise(engine: Engine) -> None:
+    """The agent check compares plain strings: a ``str`` subclass whose ``__ne__`` raises (the outside audit of
+    2026-12-05's hostile values) would otherwise raise out of ``record_run``."""
+
+    class Hostile(str):
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("eq")
+
+        def __ne__(self, other: object) -> bool:
+            raise RuntimeError("ne")
+
+        __hash__ = str.__hash__
+
+    sf = _handle(engine, Hostile("agent"))
+    result = sf.record_run("cancel my reservation", "alice", STEPS)
+    assert result.stored and [r[1] for r in _rows(engine)] == ["agent"]
