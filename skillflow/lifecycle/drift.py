@@ -188,7 +188,8 @@ def decide(figures: ActiveFigures, baseline: float | None, config: PromotionConf
     drift, which judges known outcomes, cannot judge the skill: the promotion gate refuses such a class)."""
     flagged = figures.activations > 0 and figures.deviations / figures.activations > 0.5
     unknown_flag = (
-        figures.activations >= config.min_activations_before_drift_check
+        figures.activations > 0
+        and figures.activations >= config.min_activations_before_drift_check
         and figures.unknown / figures.activations > config.max_unknown_share
     )
     known = figures.known if figures.known is not None else figures.successes + figures.failures

@@ -271,3 +271,10 @@ def test_a_skill_whose_activations_end_unknown_is_flagged_for_review(engine: Eng
     assert active["unknown"] == 12 and active["unknown_flag"] is True
     assert "unknown-outcome review flags" in render_markdown(report)
     assert decide(_figures(10, 10), 0.9, config()).unknown_flag is False
+
+
+def test_no_grace_and_no_activation_is_no_unknown_flag() -> None:
+    """Found reviewing the unknown-outcome flag: with ``min_activations_before_drift_check = 0`` (allowed) a skill
+    without an activation divided by zero, failing its drift check."""
+    got = decide(_figures(0, 0), 0.9, config(min_activations_before_drift_check=0))
+    assert got.unknown_flag is False and got.demote is False
