@@ -9,6 +9,11 @@ procedure was then never stored), and flipped its stored successes to failures t
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Engine, select
 
 from skillflow.capture.outcome import ConversationOutcome
@@ -104,3 +109,31 @@ def test_a_hostile_str_subclass_as_the_handle_s_agent_id_never_makes_capture_rai
     sf = _handle(engine, Hostile("agent"))
     result = sf.record_run("cancel my reservation", "alice", STEPS)
     assert result.stored and [r[1] for r in _rows(engine)] == ["agent"]
+
+
+_IDS = st.one_of(
+    st.none(), st.integers(), st.text(max_size=12), st.just("victim-agent"), st.just("agent"),
+    st.builds(lambda s: "conv-" + s, st.text(max_size=12)),
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(agent=_IDS, user=_IDS, run_id=_IDS, conversation=_IDS, index=st.one_of(st.none(), st.integers(-2, 3), _IDS))
+def test_record_of_any_mapping_never_raises_and_writes_only_its_own_agent_s_runs(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory, agent: Any, user: Any, run_id: Any,
+    conversation: Any, index: Any,
+) -> None:  # fmt: skip
+    """The attack on ``record``'s two refusals: any values for the tenant, run id, conversation and position. A
+    stored run is the handle's agent's, and a ``conv-`` id is stored only as its own conversation's procedure."""
+    sf = Skillflow(agent_id="agent", engine=engine, spool_dir=tmp_path_factory.mktemp("spool"))
+    run = {"query": "cancel it", "agent_id": agent, "user_id": user, "steps": STEPS, "run_id": run_id,
+           "conversation_id": conversation, "segment_index": index}  # fmt: skip
+    result = sf.record(run)
+    assert result.stored or result.error
+    if result.stored and not result.already_stored:
+        wm = workflow_memory.c
+        with engine.connect() as conn:
+            row = conn.execute(select(wm.agent_id, wm.user_id).where(wm.id == result.run_id)).one()
+        assert row.agent_id == "agent"
+        if result.run_id.startswith("conv-"):
+            assert result.run_id == segment_run_id("agent", row.user_id, conversation, index)
