@@ -70,6 +70,30 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def rule_line(summary: dict[str, Any]) -> str:
+    """The calibration stage's rule in one line: live skills, whether it injects, each intent's floor (a request
+    scoring below it gets no skill: docs/guide/runtime.md), its inner cross-validation on the tenant's history."""
+
+    def floors(values: dict[str, Any]) -> str:
+        return ", ".join(f"{k} never" if v is None else f"{k} ≥ {float(v):.3f}" for k, v in sorted(values.items()))
+
+    inner = summary.get("inner") or {}
+    line = (
+        f"injection rule: {summary.get('live_skills', 0)} live skill(s), "
+        f"{'injects' if summary.get('injects') else 'injects nothing'} ({summary.get('reason', '')})"
+    )
+    if summary.get("floors"):
+        line += f"; floors {floors(summary['floors'])}"
+    if summary.get("opening_floors"):
+        line += f"; openings {floors(summary['opening_floors'])}"
+    if inner:
+        line += (
+            f"; inner CV {inner.get('hits', 0)}/{inner.get('positives', 0)} hits, {inner.get('wrong', 0)} wrong, "
+            f"{inner.get('false', 0)}/{inner.get('negatives', 0)} false"
+        )
+    return line
+
+
 def print_report(report: PromotionReport) -> None:
     """Rich tables: promoted, rejected with reasons, skipped, deprecated, review flags, the gate table."""
     title = f"{safe(report.agent_id)} / {safe(report.user_id)} — {safe(report.mode)} {report.cycle}" + (
@@ -98,6 +122,8 @@ def print_report(report: PromotionReport) -> None:
         console.print(outcome)
     for flag in report.review_flags:
         console.print(f"[bold]review:[/] {safe(flag)}")
+    if report.applicability is not None:
+        console.print(safe(rule_line(report.applicability)), soft_wrap=True)  # one line a script can find
     if not report.gates:
         return
     gates = Table(title="Gates", header_style="bold", caption=GATE_LEGEND)
