@@ -314,7 +314,7 @@ def run_simulated(db: str) -> None:
         f"{safe(active.name)} v{active.version}: {safe(active.status)}, role {safe(active.injection_role)}; "
         f"{_stamped(demo.engine, skill.id)} runs of its class stamped (suppressed from workflow retrieval)"
     )
-    console.print(safe(_rule_line(demo.engine, BUSINESS)))
+    console.print(safe(_rule_line(demo.engine, BUSINESS), multiline=True))
 
     demo.step("a multi-turn conversation gets its skill just before the write; an unrelated request gets none")
     _conversation_step(biz)
@@ -513,8 +513,13 @@ def run_corpus(db: str, corpus: Path) -> None:
 def run(db: str, corpus: Path | None = None) -> None:
     # The shadow path it shows, whatever config the folder has; the flow runs record no password (they read the
     # database URL pinned here: docs/guide/ops.md, "Secrets").
+    from skillflow.storage.engine import close_file
+
     with pinned_environment({**DEMO_SETTINGS, "SKILLFLOW_DATABASE_URL": db}):
-        if corpus is not None:
-            run_corpus(db, corpus)
-        else:
-            run_simulated(db)
+        try:
+            if corpus is not None:
+                run_corpus(db, corpus)
+            else:
+                run_simulated(db)
+        finally:  # the file alone is the whole database once the demo has exited (README: copy it, look around)
+            close_file(db)

@@ -185,6 +185,27 @@ def _forget_parent_connections() -> None:
 os.register_at_fork(after_in_child=_forget_parent_connections)
 
 
+def close_file(url: str) -> None:
+    """Before a command that wrote a SQLite file exits: close every pooled connection this process holds (each
+    engine :func:`make_engine` built) and fold the write-ahead log into the file, so that the file alone is the
+    whole database (a copy of it, a backup) once the process is gone. A process that exits with connections open
+    leaves its last writes in ``<file>-wal``. Other URLs: nothing to do."""
+    import sqlite3
+
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite") or not parsed.database or not os.path.isfile(parsed.database):
+        return
+    for engine in list(_ENGINES):
+        with suppress(Exception):
+            engine.dispose()
+    with suppress(sqlite3.Error):  # not a database, or held busy past the timeout: the log stays beside the file
+        conn = sqlite3.connect(parsed.database, timeout=30)
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+
+
 @lru_cache(maxsize=16)
 def cached_engine(url: str) -> Engine:
     """One engine per URL per process (tasks take URLs, never engines)."""

@@ -51,6 +51,15 @@ def test_demo_runs_the_whole_loop(tmp_path: Path) -> None:
     assert "cancel-reservation v2: shadow" in out
     assert "passed=True" in out and "HTML report:" in out
     assert (tmp_path / "demo.db").is_file()
+    assert "\\n" not in out  # a line break printed as a backslash and an "n" (the rule's line after the activation)
+    assert_whole_file(tmp_path / "demo.db")
+
+
+def assert_whole_file(path: Path) -> None:
+    """Once the demo has exited, its SQLite file holds every row: nothing is left in the write-ahead log, so a copy
+    of the file alone is the whole database (a copy lost the last skill)."""
+    wal = path.with_name(path.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0, f"{wal.stat().st_size} bytes still in {wal.name}"
 
 
 def test_the_demo_refuses_a_database_that_is_not_a_demo_s(tmp_path: Path) -> None:
@@ -184,6 +193,8 @@ def test_the_corpus_demo_compares_both_outcomes_in_the_database_it_is_given(
     one with ".db" replaced anywhere in it (a host such as db.example.com)."""
     db = f"sqlite:///{tmp_path / 'demo.db'}" if backend == "sqlite" else request.getfixturevalue("pg_schema_url")
     out = _corpus_demo(db, tau_bench_path, tmp_path)
+    if backend == "sqlite":  # before anything here opens it (the last connection to close folds the log in)
+        assert_whole_file(tmp_path / "demo.db")
     panel = out.split("per-turn procedures on τ-bench", 1)[1]
     assert "cancel_reservation: execution outcome" in panel and "episode reward as evaluator" in panel
     assert "demo finished" in out
