@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ _SQRT1_2 = 0.7071067811865476
 # OpenBLAS runs a product on one thread while m·n·k < 2**19 and otherwise on a thread per core, which on a busy
 # host is up to hundreds of times slower (docs/BENCHMARKS.md, "The agent process"). Up to SMALL_ROWS token rows
 # (a request's texts: its view embeds a few messages at once) are therefore multiplied in one-thread tiles, and
-# attention in blocks of ATTENTION_ROWS query rows; larger batches keep the library's own threading.
+# attention in blocks of ATTENTION_ROWS query rows; larger batches keep the library's own threading. A process
+# whose BLAS runs on one thread anyway (blas_one_thread) multiplies whole: the tiles then only cost, about twice
+# the plain product's time.
 SINGLE_THREAD_MNK = (1 << 19) - 1
 SMALL_ROWS = 1024
 ATTENTION_ROWS = 32
@@ -53,30 +56,60 @@ def model_dir() -> Path:
     )
 
 
-def _erfc_pos(z: np.ndarray) -> np.ndarray:
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = np.full_like(z, _ERFC[-1])
-    for c in _ERFC[-2::-1]:
-        poly = poly * t + c
-    out: np.ndarray = t * np.exp(poly - z * z)
-    return out
+def blas_one_thread(environ: Mapping[str, str] | None = None, cpus: int | None = None) -> bool:
+    """Whether numpy's OpenBLAS runs every product on one thread: the first positive count among
+    ``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS`` and ``OMP_NUM_THREADS`` (OpenBLAS's own order) is 1, or none is
+    set and the machine has one CPU."""
+    environ = os.environ if environ is None else environ
+    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = environ.get(name, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value) == 1
+    return (os.cpu_count() if cpus is None else cpus) == 1
+
+
+BLAS_ONE_THREAD = blas_one_thread()  # OpenBLAS reads these when numpy loads it, so once per process
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
-    """x·Φ(x) with Φ(x) = (1 + erf(x/√2))/2, through erfc so both tails keep their relative precision."""
-    z = np.abs(x) * _SQRT1_2
-    half_erfc = 0.5 * _erfc_pos(z)
-    out: np.ndarray = x * np.where(x >= 0, 1.0 - half_erfc, half_erfc)
+    """x·Φ(x) with Φ(x) = (1 + erf(x/√2))/2, through erfc so both tails keep their relative precision: erfc(z) for
+    z = |x|/√2 as t·exp(P(t) - z²), t = 1/(1 + z/2). In place on a few float32 arrays (the feed-forward block's
+    activations are the largest arrays of the pass)."""
+    z = np.abs(x)
+    z *= _SQRT1_2
+    t = z * 0.5
+    t += 1.0
+    np.reciprocal(t, out=t)
+    out = t * _ERFC[-1]
+    for c in _ERFC[-2:0:-1]:
+        out += c
+        out *= t
+    out += _ERFC[0]
+    z *= z
+    out -= z
+    np.exp(out, out=out)
+    out *= t
+    out *= 0.5  # erfc(z)/2 = Φ(-|x|)
+    np.subtract(1.0, out, out=out, where=x >= 0)
+    out *= x
     return out
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for 2-d float32 ``a`` (m, k) and ``b`` (k, n); up to SMALL_ROWS rows in one-thread tiles."""
+    """``a @ b`` for 2-d float32 ``a`` (m, k) and ``b`` (k, n); up to SMALL_ROWS rows in one-thread tiles unless
+    BLAS runs on one thread anyway."""
     m, k = a.shape
     n = b.shape[1]
-    if m * k * n <= SINGLE_THREAD_MNK or m > SMALL_ROWS:
+    if BLAS_ONE_THREAD or m * k * n <= SINGLE_THREAD_MNK or m > SMALL_ROWS:
         plain: np.ndarray = a @ b
         return plain
+    return tiled_matmul(a, b)
+
+
+def tiled_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in tiles whose products OpenBLAS runs on one thread (m·n·k below its threading bound)."""
+    m, k = a.shape
+    n = b.shape[1]
     out = np.zeros((m, n), dtype=np.float32)
     rows = min(m, _ROW_BLOCK)
     for p in range(0, k, _K_CHUNK):
@@ -92,8 +125,9 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, sc
     """Softmax(q·kᵀ·scale + bias)·v per (text, head), in blocks of query rows (each block's products stay small)."""
     out = np.empty_like(q)
     k_t = k.transpose(0, 1, 3, 2)
-    for start in range(0, q.shape[2], ATTENTION_ROWS):
-        rows = slice(start, start + ATTENTION_ROWS)
+    block = q.shape[2] if BLAS_ONE_THREAD else ATTENTION_ROWS
+    for start in range(0, q.shape[2], block):
+        rows = slice(start, start + block)
         scores = (q[:, :, rows] @ k_t) * scale + bias
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         out[:, :, rows] = (scores / scores.sum(axis=-1, keepdims=True)) @ v
