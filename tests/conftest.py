@@ -212,9 +212,11 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the items
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under xdist, keep each module that has a module-scoped fixture (a Prefect server, a fleet, an evaluation
-    run, a loaded model) on one worker, so that the fixture is built once rather than once per worker."""
+    run, a loaded model) on one worker, so that the fixture is built once rather than once per worker. xdist's hook
+    reads the ``xdist_group`` marks as it runs: this one must run first (otherwise no test is grouped)."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)  # pytest's resolved fixtures of the item
         defs = info.name2fixturedefs.values() if info is not None else ()
