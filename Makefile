@@ -14,6 +14,7 @@ PY := $(VENV)/bin/python
 SF := $(VENV)/bin/skillflow
 DB ?= sqlite:///.skillflow/demo.db
 CORPUS ?=
+PORT ?= 4200
 
 .PHONY: demo test test-fast lint install install-dev ui serve ui-check bench clean
 
@@ -53,11 +54,12 @@ lint: install-dev
 # a restarted server still knows the slots running chunks hold (docs/guide/ops.md, "What to watch").
 ui: export PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE ?= prefect.server.concurrency.lease_storage.filesystem
 ui: install
-	$(VENV)/bin/prefect server start --host 127.0.0.1 --port 4200
+	$(VENV)/bin/prefect server start --host 127.0.0.1 --port $(PORT)
 
-# Flow runs log their stages at INFO (their Logs tab), whatever the quiet default above says.
+# Flow runs log their stages at INFO (their Logs tab), whatever the quiet default above says. The server is
+# `make ui`'s (PORT) unless PREFECT_API_URL names another.
 serve: install
-	PREFECT_LOGGING_LEVEL=INFO PREFECT_API_URL=http://127.0.0.1:4200/api $(SF) serve --db $(DB)
+	PREFECT_LOGGING_LEVEL=INFO PREFECT_API_URL=$${PREFECT_API_URL:-http://127.0.0.1:$(PORT)/api} $(SF) serve --db $(DB)
 
 # Headless-Chromium tour of the Prefect UI into screenshots/ui-check/ (needs: apt-get install -y chromium).
 ui-check: install-dev
