@@ -80,7 +80,7 @@ def gelu(x: np.ndarray) -> np.ndarray:
     t = z * 0.5
     t += 1.0
     np.reciprocal(t, out=t)
-    out = t * _ERFC[-1]
+    out: np.ndarray = t * _ERFC[-1]
     for c in _ERFC[-2:0:-1]:
         out += c
         out *= t

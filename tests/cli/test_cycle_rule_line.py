@@ -19,8 +19,8 @@ def _summary(intent: str, floor: float | None, injects: bool = True) -> dict[str
 
 
 def test_the_fitted_rule_is_one_line_under_the_tables(capsys: pytest.CaptureFixture[str]) -> None:
-    report = PromotionReport(agent_id="support-agent", user_id="alice", cycle=1, applicability=_summary("issue_refund", 1.0))
-    print_report(report)
+    rule = _summary("issue_refund", 1.0)
+    print_report(PromotionReport(agent_id="support-agent", user_id="alice", cycle=1, applicability=rule))
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith("injection rule:"))
     assert "1 live skill(s)" in line and "injects (fitted)" in line and "issue_refund ≥ 1.000" in line
