@@ -36,6 +36,7 @@ from skillflow.storage.skills import (
     name_holder,
     record_event,
     stamp_class,
+    start_activation_stats,
     transition,
 )
 
@@ -159,6 +160,7 @@ def _rollback(
             )
             if written.rowcount != 1:  # another decision wrote the target since it was read: undo this one whole
                 raise _TargetChanged(target.id)
+            start_activation_stats(conn, target.id)  # its earlier activation's figures are not this one's
             restored = get_skill(conn, target.id)
             stamped = stamp_class(conn, restored)
             # The replaced version and the status it left in: the rollback's event, sent again by a repeat, reads

@@ -438,6 +438,8 @@ def transition(
     ).rowcount
     if moved != 1:
         raise InvalidTransition(CHANGED)
+    if to_status == SkillStatus.ACTIVE:
+        start_activation_stats(conn, skill.id)
     updated = get_skill(conn, skill.id)
     changed = 0
     if to_status == SkillStatus.ACTIVE:
@@ -469,6 +471,18 @@ def update_stats(conn: Connection, skill_id: str, patch: Mapping[str, Any]) -> N
     refuse a reviewer's decision made meanwhile (docs/RELIABILITY.md)."""
     current = conn.execute(select(skillbox.c.stats).where(skillbox.c.id == skill_id)).scalar() or {}
     conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(stats={**current, **patch}))
+
+
+def start_activation_stats(conn: Connection, skill_id: str) -> None:
+    """Drop ``stats["active"]`` as the skill (re-)enters ACTIVE: a new activation starts with empty activation
+    stats, as drift's counters do (they count from ``activated_at``). A rolled-back version kept the figures of its
+    earlier activation, and ``skillflow skills`` showed them as the current one's (docs/guide/lifecycle.md,
+    "Rollback"). Called after the compare-and-set that moved the row, in its transaction (the row is then held), so
+    a derived-figure write made meanwhile is kept; ``updated_at`` stays, as in :func:`update_stats`."""
+    current = conn.execute(select(skillbox.c.stats).where(skillbox.c.id == skill_id)).scalar() or {}
+    if "active" in current:
+        kept = {k: v for k, v in current.items() if k != "active"}
+        conn.execute(update(skillbox).where(skillbox.c.id == skill_id).values(stats=kept))
 
 
 def tenant_filter(table: Any, agent_id: str, user_id: str) -> Any:

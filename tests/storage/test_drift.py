@@ -278,3 +278,39 @@ def test_no_grace_and_no_activation_is_no_unknown_flag() -> None:
     without an activation divided by zero, failing its drift check."""
     got = decide(_figures(0, 0), 0.9, config(min_activations_before_drift_check=0))
     assert got.unknown_flag is False and got.demote is False
+
+
+def test_a_rolled_back_skill_starts_its_activation_stats_afresh(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new-user audit (2026-12-06): `skillflow rollback ID --to 1` brought back the v1 drift had demoted, and
+    `skillflow skills` listed it "6/10 ok, rolling 0.60", its figures from before the demotion, while drift counted
+    0 activations since (decision "grace"). A (re-)activation starts with empty activation stats
+    (docs/guide/lifecycle.md, "Rollback")."""
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+
+    drifted = drifting(engine)
+    cfg = config(demotion_success_delta=0.25)
+    assert [d.skill_id for d in run_drift(engine, cfg, embedder=EMBEDDER).demoted] == [drifted.id]
+    url = engine.url.render_as_string(hide_password=False)
+    monkeypatch.setattr(rollback, "rollback_problems", lambda *_: [])  # the fixture's short text: not at stake here
+    monkeypatch.setattr(rollback, "utcnow", lambda: later(15))  # after the fixture's activations (1-10 s ahead)
+    runner = CliRunner()
+    done = runner.invoke(app, ["rollback", drifted.id, "--to", "1", "--reason", "false alarm", "--db", url])
+    assert done.exit_code == 0, (done.output, done.exception)
+    with engine.connect() as conn:
+        restored = get_skill(conn, drifted.id)
+    assert restored.status == "active" and "active" not in (restored.stats or {}), restored.stats
+    listed = runner.invoke(app, ["skills", "--db", url], env={"COLUMNS": "250"})
+    assert listed.exit_code == 0 and drifted.id[:12] in listed.stdout, listed.output
+    assert "6/10 ok" not in listed.stdout and "rolling 0.60" not in listed.stdout, listed.stdout
+    check = run_drift(engine, cfg, embedder=EMBEDDER).skills
+    assert [(s.skill_id, s.activations, s.rolling_success_rate, s.decision) for s in check] == [
+        (drifted.id, 0, None, "grace")
+    ]
+    record(engine, "cancel reservation after the rollback", skills=(drifted.id,), ok=True, at=later(30))
+    run_drift(engine, cfg, embedder=EMBEDDER)
+    listed = runner.invoke(app, ["skills", "--db", url], env={"COLUMNS": "250"})
+    assert "1/1 ok, rolling 1.00" in listed.stdout, listed.stdout  # the current activation's own figures
