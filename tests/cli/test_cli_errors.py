@@ -177,6 +177,26 @@ def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) 
     assert "driver is not installed" in line and "s3cret" not in line
 
 
+def test_every_command_takes_a_skill_id_prefix_of_six_characters_or_more(here: Path) -> None:
+    """A new-user audit (2026-12-06): `show` took a 1-character prefix while every other command needed 6, and a
+    shorter unique prefix said "skill e4e1 not found" of a skill that exists. One rule now: a prefix of at least 6
+    characters (or the whole id); a shorter one is bad input (exit 2) and says so."""
+    db, skill = database_with_skill(here / "x.db", SkillStatus.SHADOW)
+    short, prefix = skill.id[:4], skill.id[:6]
+    commands = (
+        ["show"], ["readiness"], ["history"], ["diff"], ["review"], ["activate"], ["edit", "--file", "none.md"],
+        ["reject", "--reason", "r"], ["demote", "--reason", "r"], ["rollback", "--to", "1", "--reason", "r"],
+    )  # fmt: skip
+    for name, *rest in commands:
+        line = one_error(run(name, short, *rest, "--db", db), 2)
+        expected = f"error: skill id prefix {short} is too short: give at least 6 characters (or the whole id)"
+        assert line == expected, (name, line)
+    shown = run("show", prefix, "--db", db, "--json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["skill"]["id"] == skill.id, shown.output
+    assert run("readiness", prefix, "--db", db).exit_code == 0
+    assert "not found" in one_error(run("show", "f" * 32, "--db", db), 1)
+
+
 def test_a_refused_move_names_the_status_with_its_article(here: Path) -> None:
     """`skillflow reject <active id>` said "cannot move a active skill"."""
     db, skill = database_with_skill(here / "x.db")

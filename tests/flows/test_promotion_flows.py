@@ -96,4 +96,4 @@ def test_cli_cycle_skills_show(prefect_harness: None, tmp_path: Path) -> None:
     body = json.loads(shown.stdout)
     assert body["skill"]["content"].startswith("---") and body["events"][0]["event"] == "created"
     assert body["class_now"]["executions"] == 6
-    assert runner.invoke(app, ["show", "nope", "--db", url]).exit_code == 1  # unknown id: a refusal, not a usage error
+    assert runner.invoke(app, ["show", "nope00", "--db", url]).exit_code == 1  # unknown id: a refusal, not usage

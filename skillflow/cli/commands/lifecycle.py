@@ -47,13 +47,17 @@ def _actor(actor: str | None) -> str:
         return "cli"
 
 
+MIN_PREFIX = 6  # the characters of a skill id prefix every command takes (docs/guide/lifecycle.md)
+
+
 def lookup_id(engine: Engine, skill_id: str) -> str | None:
-    """The full id for an id or a unique prefix (at least 6 characters); None when unknown."""
+    """The full id for an id or a unique prefix (at least 6 characters); None when unknown. A shorter prefix is bad
+    input, said as such: "not found" of a skill that exists misled (docs/guide/lifecycle.md)."""
     with engine.connect() as conn:
         if conn.execute(select(skillbox.c.id).where(skillbox.c.id == skill_id)).first():
             return skill_id
-        if len(skill_id) < 6:
-            return None
+        if len(skill_id) < MIN_PREFIX:
+            fail(f"skill id prefix {skill_id} is too short: give at least {MIN_PREFIX} characters (or the whole id)")
         rows = conn.execute(select(skillbox.c.id).where(skillbox.c.id.startswith(skill_id, autoescape=True)).limit(2))
         found = [str(r[0]) for r in rows]
     if len(found) > 1:

@@ -27,11 +27,12 @@ from skillflow.cli.app import (
     print_json,
     promotion_config,
 )
+from skillflow.cli.commands.lifecycle import IdArg, resolve_id
 from skillflow.cli.errors import FAILED
 from skillflow.cli.terminal import safe, visible
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skill_events, skillbox
-from skillflow.storage.skills import SkillNotFound, SkillRecord, get_skill, list_skills
+from skillflow.storage.skills import SkillRecord, get_skill, list_skills
 
 if TYPE_CHECKING:
     from skillflow.promotion.report import PromotionReport
@@ -338,20 +339,9 @@ def skills_cmd(
     console.print(table)
 
 
-def _find(conn: Any, skill_id: str) -> SkillRecord:
-    """A skill by id or unique id prefix."""
-    try:
-        return get_skill(conn, skill_id)
-    except SkillNotFound:
-        ids = list(conn.execute(select(skillbox.c.id).where(skillbox.c.id.like(skill_id + "%")).limit(2)).scalars())
-        if len(ids) == 1:
-            return get_skill(conn, ids[0])
-        raise
-
-
 @app.command("show")
 def show_cmd(
-    skill_id: Annotated[str, typer.Argument(help="Skill id (or a unique prefix).")],
+    skill_id: IdArg,
     db: DbOption = None,
     json: JsonOption = False,
     html: Annotated[
@@ -362,13 +352,9 @@ def show_cmd(
     from skillflow.storage.aggregate import aggregate_classes
 
     engine = engine_for(db)
+    full = resolve_id(engine, skill_id)  # the one rule of every command: the id or a prefix of 6 characters or more
     with engine.connect() as conn:
-        try:
-            skill = _find(conn, skill_id)
-        except SkillNotFound:
-            engine.dispose()
-            fail(f"skill {skill_id} not found", FAILED)
-            raise  # unreachable: fail() exits
+        skill = get_skill(conn, full)
         current = aggregate_classes(conn, skill.agent_id, skill.user_id, skill.canonical_hash)
         events = list(
             conn.execute(
