@@ -34,6 +34,9 @@ FLOW_REPORT_KINDS: dict[str, str | None] = {
 FLOW_REPORT_MODES = {"promotion-cycle": "cycle", "distill-class": "distill"}
 # Only finished runs count as "last run": a scheduled or running one is not a result yet.
 FINISHED_STATES = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+# A run still going is shown beside it: a review waiting for its reviewer is Paused ("Suspended"), a cycle Running.
+OPEN_STATES = ["PENDING", "RUNNING", "PAUSED", "CANCELLING"]
+NO_FINISHED_RUN = "no finished run"  # the state when the only runs are open ones ("never run" said otherwise)
 MODE_SCAN = 500  # newest promotion reports read to find the newest of each mode
 UNKNOWN = "unknown"
 UNREACHABLE = "unknown: the Prefect API did not answer"
@@ -66,6 +69,9 @@ class FlowStatus:
     state: str
     last_run_at: datetime | None = None
     last_flow_run_id: str | None = None
+    open_state: str | None = None  # the newest run still going (Pending, Running, Paused/Suspended, Cancelling)
+    open_since: datetime | None = None
+    open_flow_run_id: str | None = None
 
 
 @dataclass
@@ -157,11 +163,13 @@ def _last_reports(conn: Connection) -> dict[str, tuple[datetime, str | None]]:
     return found
 
 
-def _prefect_last_run(api_url: str, flow_name: str, timeout: float) -> dict[str, Any] | None:
+def _prefect_last_run(
+    api_url: str, flow_name: str, timeout: float, states: list[str] = FINISHED_STATES, sort: str = "END_TIME_DESC"
+) -> dict[str, Any] | None:
     body = {
         "flows": {"name": {"any_": [flow_name]}},
-        "flow_runs": {"state": {"type": {"any_": FINISHED_STATES}}},
-        "sort": "END_TIME_DESC",
+        "flow_runs": {"state": {"type": {"any_": states}}},
+        "sort": sort,
         "limit": 1,
     }
     runs = _prefect(api_url, "/flow_runs/filter", body, timeout)
@@ -178,8 +186,19 @@ def _prefect(api_url: str, path: str, body: Any, timeout: float) -> Any:
         return json.loads(resp.read())
 
 
+def _stamp(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _state_name(run: dict[str, Any]) -> str:
+    state = run.get("state") or {}
+    return str(state.get("name") or state.get("type") or UNKNOWN)
+
+
 def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: float = 3.0) -> list[FlowStatus]:
-    """The last stored report per flow and, when the Prefect API answers, the last flow run's state."""
+    """The last stored report per flow and, when the Prefect API answers, the last finished flow run's state and the
+    newest open one's (a review waiting for its reviewer is open, not "never run"; docs/guide/ops.md). The runs are
+    the Prefect server's, whichever database they used."""
     with engine.connect() as conn:
         last = _last_reports(conn)
     out = []
@@ -194,17 +213,20 @@ def flow_status(engine: Engine, prefect_api_url: str | None = None, timeout: flo
     try:
         for item in out:
             run = _prefect_last_run(prefect_api_url, item.flow, timeout)
+            going = _prefect_last_run(prefect_api_url, item.flow, timeout, OPEN_STATES, "EXPECTED_START_TIME_DESC")
+            if going is not None:
+                item.open_state, item.open_flow_run_id = _state_name(going), going.get("id")
+                item.open_since = _stamp(going.get("start_time") or going.get("expected_start_time"))
             if run is None:
-                item.state = "never run"
+                item.state = "never run" if going is None else NO_FINISHED_RUN
                 continue
-            state = run.get("state") or {}
-            item.state = str(state.get("name") or state.get("type") or UNKNOWN)
-            stamp = run.get("end_time") or run.get("start_time")
-            item.last_run_at = datetime.fromisoformat(stamp) if stamp else None
+            item.state = _state_name(run)
+            item.last_run_at = _stamp(run.get("end_time") or run.get("start_time"))
             item.last_flow_run_id = run.get("id")
     except (OSError, ValueError):  # URLError/HTTPError/timeouts are OSErrors; bad JSON is a ValueError
         for item in out:  # an unreachable or confused API: say so rather than guess
             item.state, item.last_run_at, item.last_flow_run_id = UNREACHABLE, None, None
+            item.open_state, item.open_since, item.open_flow_run_id = None, None, None
     return out
 
 

@@ -235,3 +235,51 @@ def test_status_last_finished_run_and_distill_class_has_its_own_report(engine: E
     assert body["sort"] == "END_TIME_DESC" and "SCHEDULED" not in body["flow_runs"]["state"]["type"]["any_"]
     down = flow_status(engine, "http://127.0.0.1:9/api", timeout=1)  # nothing listens: said, not "unknown" alone
     assert {f.state for f in down} == {"unknown: the Prefect API did not answer"}
+
+
+class _OpenReviewPrefect(BaseHTTPRequestHandler):
+    """A Prefect API whose only run is a suspended ``activation-review``: no finished run of any flow."""
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        states = body["flow_runs"]["state"]["type"]["any_"]
+        suspended = {"id": "fr-suspended-review", "state": {"type": "PAUSED", "name": "Suspended"},
+                     "start_time": "2025-01-02T03:00:00+00:00", "end_time": None,
+                     "expected_start_time": "2025-01-02T03:00:00+00:00"}  # fmt: skip
+        runs = [suspended] if body["flows"]["name"]["any_"] == ["activation-review"] and "PAUSED" in states else []
+        data = json.dumps(runs).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_status_shows_an_open_review_instead_of_never_run(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new-user audit (2026-12-06): `skillflow status` said "never run" for activation-review while a review run
+    was open (Suspended), as it lists the last finished run only. The open run is shown beside it."""
+    from skillflow.cli.app import console
+
+    monkeypatch.setattr(console, "_width", 250)  # whatever width an earlier test left: no cell folded
+    server = HTTPServer(("127.0.0.1", 0), _OpenReviewPrefect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    api = f"http://127.0.0.1:{server.server_port}/api"
+    try:
+        flows = {f.flow: f for f in flow_status(engine, api)}
+        shown = runner.invoke(
+            app, ["status", "--prefect-api", api, "--db", engine.url.render_as_string(hide_password=False)]
+        )
+    finally:
+        server.shutdown()
+    review = flows["activation-review"]
+    assert review.state != "never run" and review.last_flow_run_id is None, review
+    assert (review.open_state, review.open_flow_run_id) == ("Suspended", "fr-suspended-review"), review
+    assert review.open_since == datetime(2025, 1, 2, 3, 0, tzinfo=UTC)
+    assert flows["drift-demotion"].state == "never run" and flows["drift-demotion"].open_state is None
+    assert shown.exit_code == 0, shown.output
+    [row] = [line for line in shown.stdout.splitlines() if "activation-review" in line]
+    assert "never run" not in row and "Suspended" in row and "fr-suspended" in row, row

@@ -105,8 +105,9 @@ def _when(value: Any) -> str:
 def status_cmd(
     db: DbOption = None, json: JsonOption = False, agent_id: AgentOption = None, prefect_api: PrefectApiOption = None
 ) -> None:
-    """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last run of each flow;
-    slots of the fleet's global concurrency limit taken with no chunk running (leaked)."""
+    """Per tenant: runs, classes, eligible classes, skills by status and role, outbox; the last finished and the open
+    run of each flow (runs are the Prefect server's, whichever database they used); slots of the fleet's global
+    concurrency limit taken with no chunk running (leaked)."""
     from prefect.settings import PREFECT_API_URL
 
     from skillflow.kernel.config import load_promotion_config
@@ -154,11 +155,13 @@ def status_cmd(
     else:
         caption = ""
     flows = Table(title="Flows" + safe(caption))
-    for col in ("flow", "last report", "report flow run", "state", "last run", "flow run"):
-        flows.add_column(col, no_wrap=col == "flow")
+    for col in ("flow", "last report", "report flow run", "state", "last run", "flow run", "open run"):
+        flows.add_column(col, no_wrap=col == "flow", overflow="fold" if col == "open run" else "ellipsis")
     for f in status["flows"]:
+        going = f"{f['open_state']} {f['open_flow_run_id']} since {_when(f['open_since'])}" if f["open_state"] else "—"
         flows.add_row(safe(f["flow"]), _when(f["last_report_at"]), safe(f["last_report_flow_run_id"] or "—"),
-                      safe(f["state"]), _when(f["last_run_at"]), safe(f["last_flow_run_id"] or "—"))  # fmt: skip
+                      safe(f["state"]), _when(f["last_run_at"]), safe(f["last_flow_run_id"] or "—"),
+                      safe(going))  # fmt: skip
     console.print(flows)
     slots = status["partition_slots"]
     if slots and slots["leaked"]:
