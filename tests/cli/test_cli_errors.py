@@ -197,6 +197,22 @@ def test_every_command_takes_a_skill_id_prefix_of_six_characters_or_more(here: P
     assert "not found" in one_error(run("show", "f" * 32, "--db", db), 1)
 
 
+def test_a_review_without_a_prefect_api_exits_2_with_its_hint(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new-user audit (2026-12-06): `skillflow review ID` with no PREFECT_API_URL printed how to start one and
+    exited 0, while `serve`, `deploy` and `automations` exit 2: a script could not tell that no review started."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    db, skill = database_with_skill(here / "x.db", SkillStatus.SHADOW)
+    with temporary_settings(restore_defaults={PREFECT_API_URL}):  # a session harness may have set it
+        line = one_error(run("review", skill.id, "--db", db), 2)
+        as_json = run("review", skill.id, "--db", db, "--json")
+    assert "PREFECT_API_URL is unset" in line and f"skillflow activate {skill.id}" in line, line
+    assert as_json.exit_code == 2, as_json.output
+    answer = json.loads(as_json.stdout)
+    assert answer["started"] is False and answer["skill_id"] == skill.id and "PREFECT_API_URL" in answer["hint"]
+
+
 def test_a_refused_move_names_the_status_with_its_article(here: Path) -> None:
     """`skillflow reject <active id>` said "cannot move a active skill"."""
     db, skill = database_with_skill(here / "x.db")

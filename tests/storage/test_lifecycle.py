@@ -184,7 +184,7 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
 
     with temporary_settings(restore_defaults={PREFECT_API_URL}):  # a session harness may have set it
         code, out = run("review", skill.id)
-    assert code == 0 and "PREFECT_API_URL" in out.replace("\n", "")
+    assert code == 2 and "PREFECT_API_URL" in out.replace("\n", "")  # no review started: bad input, as serve says
     code, out = run("activate", skill.id, "--role", "developer", "--actor", "ops", "--json")
     assert code == 0 and json.loads(out) == {"skill_id": skill.id, "status": "active", "injection_role": "developer"}
     code, out = run("reject", skill.id, "--reason", "late")

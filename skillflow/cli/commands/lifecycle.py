@@ -10,7 +10,7 @@ import typer
 from sqlalchemy import Engine, select
 
 from skillflow.cli.app import DbOption, JsonOption, app, console, database_url, engine_for, fail, print_json
-from skillflow.cli.errors import FAILED
+from skillflow.cli.errors import FAILED, USAGE
 from skillflow.cli.terminal import safe
 from skillflow.kernel.config import load_promotion_config
 from skillflow.lifecycle.decisions import ActivationRefused, activate_skill, demote_skill, reject_skill
@@ -277,19 +277,18 @@ def review_cmd(
     params = {
         "params": {"database_url": recordable_url(database_url(db)), "skill_id": full, "timeout_seconds": timeout}
     }
-    if not api:
+    if not api:  # no review started: exit 2, as serve, deploy and automations do (docs/RELIABILITY.md)
         hint = (
-            "No Prefect server is configured (PREFECT_API_URL is unset). Start one and the deployments with "
-            "`prefect server start` and `skillflow serve`, export PREFECT_API_URL=http://127.0.0.1:4200/api, then run "
-            f"`skillflow review {full}` again, or start it from the UI (deployment {DEPLOYMENT}). "
-            f"To decide from the terminal instead: `skillflow readiness {full}`, `skillflow activate {full} "
-            f"[--role developer]` or `skillflow reject {full} --reason ...`."
+            "no Prefect server is configured (PREFECT_API_URL is unset), so no review started. Start one and the "
+            "deployments with `prefect server start` and `skillflow serve`, export "
+            f"PREFECT_API_URL=http://127.0.0.1:4200/api, then run `skillflow review {full}` again, or start it from "
+            f"the UI (deployment {DEPLOYMENT}). To decide from the terminal instead: `skillflow readiness {full}`, "
+            f"`skillflow activate {full} [--role developer]` or `skillflow reject {full} --reason ...`."
         )
         if json:
             print_json({"started": False, "skill_id": full, "hint": hint})
-        else:
-            console.print(safe(hint))
-        return
+            raise typer.Exit(USAGE)
+        fail(hint)
     ui = str(api).rstrip("/").removesuffix("/api")
     current = _open_review(full)
     if current is not None:  # a second form for one skill would only end "not awaiting review" once one is answered
