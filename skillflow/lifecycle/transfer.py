@@ -134,6 +134,9 @@ def export_skills(
         raise ExportConflict(
             f"skills share a folder name ({detail}); narrow with --agent-id/--user-id/--status"
         )  # fmt: skip
+    # The destination is checked with nothing to write too: an unusable one said "exported 0 skill(s)" (exit 0)
+    # and failed only with skills (docs/guide/lifecycle.md, "Export and import").
+    dest.mkdir(parents=True, exist_ok=True)
     out: list[Exported] = []
     for s in skills:
         folder = dest / s.name

@@ -161,6 +161,19 @@ def test_export_to_a_path_that_cannot_be_written(here: Path) -> None:
     assert str(taken) in one_error(run("export", str(here / "out"), "--db", db), 2)
 
 
+def test_export_checks_its_destination_with_nothing_to_export(here: Path) -> None:
+    """A new-user audit (2026-12-06): `skillflow export /proc/nope` with no skill to export said "exported 0
+    skill(s) to /proc/nope" (exit 0), and errored only when there were skills. The destination is checked first."""
+    db, _ = database_with_skill(here / "x.db", SkillStatus.SHADOW)  # `export` takes ACTIVE skills by default
+    a_file = here / "notes.txt"
+    a_file.write_text("x")
+    for dest in (a_file, a_file / "skills"):
+        line = one_error(run("export", str(dest), "--db", db), 2)
+        assert line.startswith("error: cannot use ") and str(a_file) in line, line
+    done = run("export", str(here / "out"), "--db", db)
+    assert done.exit_code == 0 and "exported 0 skill(s)" in done.stdout and (here / "out").is_dir(), done.output
+
+
 def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) -> None:
     """Found walking the README: `show` of an unknown id and `reject` of an active skill exited 2 (wrong input),
     `readiness` of an unknown id printed "not ready" and `distill` of an unknown class a report, both exit 0; a
