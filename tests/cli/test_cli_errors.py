@@ -174,6 +174,16 @@ def test_export_checks_its_destination_with_nothing_to_export(here: Path) -> Non
     assert done.exit_code == 0 and "exported 0 skill(s)" in done.stdout and (here / "out").is_dir(), done.output
 
 
+def test_edit_of_a_file_it_cannot_read_names_the_path_once(here: Path) -> None:
+    """A new-user audit (2026-12-06): `skillflow edit ID --file missing.md` said "cannot read …/missing.md: [Errno 2]
+    No such file or directory: '…/missing.md'", the path twice; `ingest` says "cannot read X: No such file or
+    directory"."""
+    db, skill = database_with_skill(here / "x.db", SkillStatus.SHADOW)
+    missing = here / "missing.md"
+    line = one_error(run("edit", skill.id, "--file", str(missing), "--db", db), 2)
+    assert line == f"error: cannot read {missing}: No such file or directory", line
+
+
 def test_refusals_and_unknown_ids_fail_with_code_1_and_usage_with_2(here: Path) -> None:
     """Found walking the README: `show` of an unknown id and `reject` of an active skill exited 2 (wrong input),
     `readiness` of an unknown id printed "not ready" and `distill` of an unknown class a report, both exit 0; a

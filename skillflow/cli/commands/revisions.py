@@ -36,7 +36,9 @@ def _editor_text(initial: str) -> str:
         text = ""
         try:
             text = read_skill_file(path)
-        except (OSError, SkillMdError) as exc:
+        except OSError as exc:
+            fail(f"cannot read the edited file: {exc.strerror or exc}")
+        except SkillMdError as exc:
             fail(f"cannot read the edited file: {exc}")
         return text
 
@@ -67,9 +69,10 @@ def edit_cmd(
     if file is not None:
         try:
             text = read_skill_file(file)
-        except (OSError, SkillMdError) as exc:
+        except OSError as exc:  # its reason only: the message of an OSError repeats the path
+            fail(f"cannot read {file}: {exc.strerror or exc}")
+        except SkillMdError as exc:
             fail(f"cannot read {file}: {exc}")
-            return
     else:
         text = _editor_text(skill.content)
     try:
