@@ -9,6 +9,7 @@ every failure does with ``--debug`` or ``SKILLFLOW_DEBUG=1`` (docs/RELIABILITY.m
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -119,6 +120,21 @@ def _unreachable(exc: BaseException) -> str:
 
 
 CONFLICT_STATES = ("40001", "40P01")  # PostgreSQL: a serialization failure, a deadlock
+# What a database server answered, in a driver's message: libpq's severity before the server's own text (psycopg
+# gives a failed connection no SQLSTATE), or an Oracle error code other than the client's network ones (ORA-12xxx).
+SERVER_ANSWER = re.compile(r"\b(?:FATAL|ERROR|PANIC):|\bORA-(?!12\d{3})\d{5}")
+
+
+def _unreached(exc: DBAPIError) -> bool:
+    """Whether the connection failed before any server answered (refused, no such host, a timeout): only then is
+    "is the server running?" the question. A server that refused the login or the database (`FATAL: database "x"
+    does not exist`), a statement that failed, and SQLite (a file, no server) are not (docs/RELIABILITY.md, "The
+    CLI's errors")."""
+    if exc.statement is not None or getattr(exc.orig, "sqlstate", None):
+        return False
+    if type(exc.orig).__module__.split(".")[0] == "sqlite3":
+        return False
+    return SERVER_ANSWER.search(str(exc.orig)) is None
 
 
 def explain(exc: BaseException) -> CliError | None:
@@ -143,9 +159,9 @@ def explain(exc: BaseException) -> CliError | None:
                 "the command again)",
                 FAILED,
             )
+        running = "is the server running? " if _unreached(exc) else ""
         return CliError(
-            f"database error: {_first_line(exc.orig)} (is the server running? check --db or SKILLFLOW_DATABASE_URL)",
-            FAILED,
+            f"database error: {_first_line(exc.orig)} ({running}check --db or SKILLFLOW_DATABASE_URL)", FAILED
         )
     if isinstance(exc, OSError) and exc.filename is not None:
         return CliError(f"cannot use {exc.filename}: {exc.strerror or type(exc).__name__}; choose another path")

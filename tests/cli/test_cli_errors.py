@@ -51,6 +51,25 @@ def test_database_urls_that_cannot_work(here: Path) -> None:
     assert line.startswith("error: database error: ") and "port 1" in line and "--db" in line
 
 
+@pytest.mark.postgres
+def test_a_database_server_that_answered_is_not_asked_whether_it_runs(here: Path) -> None:
+    """A new-user audit (2026-12-06): `skillflow skills --db postgresql://…/no_such_db` said `FATAL: database
+    "no_such_db" does not exist (is the server running? …)`: the server had answered. That hint is for a connection
+    refused or a host unreachable only."""
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import PG_SKIP_REASON, POSTGRES_DSN
+
+    if not POSTGRES_DSN:
+        pytest.skip(PG_SKIP_REASON)
+    url = make_url(POSTGRES_DSN).set(database="no_such_db_skillflow").render_as_string(hide_password=False)
+    line = one_error(run("skills", "--db", url), 1)
+    assert 'database "no_such_db_skillflow" does not exist' in line and "--db" in line, line
+    assert "is the server running" not in line, line
+    refused = one_error(run("skills", "--db", "postgresql://postgres@127.0.0.1:1/x"), 1)
+    assert "Connection refused" in refused and "is the server running?" in refused, refused
+
+
 def test_a_command_that_needs_the_schema_refuses_a_database_file_that_does_not_exist(here: Path) -> None:
     """`skillflow skills --db sqlite:////tmp/nope_dir/x.db` made the folder and a 4 KiB database, then said it had
     no schema: a mistyped path left files behind. Only the commands that migrate create one."""
