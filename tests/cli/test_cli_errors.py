@@ -168,6 +168,15 @@ def test_an_unreachable_prefect_api(here: Path, down_prefect: None, monkeypatch:
     )
 
 
+@pytest.mark.parametrize("api", ["not a url", "127.0.0.1:4200/api", "ftp://127.0.0.1/api", "http:///api"])
+def test_status_says_a_prefect_api_that_is_not_a_url_is_not_one(here: Path, api: str) -> None:
+    """A new-user audit (2026-12-06): `skillflow status --prefect-api "not a url"` said "the Prefect API at not a url
+    did not answer". A value without an http(s) scheme and a host is bad input."""
+    db, _ = database_with_skill(here / "x.db")
+    line = one_error(run("status", "--prefect-api", api, "--db", db), 2)
+    assert line.startswith(f"error: --prefect-api {api!r} is not a URL") and "http://" in line, line
+
+
 def test_export_to_a_path_that_cannot_be_written(here: Path) -> None:
     db, _ = database_with_skill(here / "x.db")
     a_file = here / "notes.txt"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 from rich.table import Table
@@ -101,6 +102,17 @@ def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "—"
 
 
+def _require_http_url(api: str) -> None:
+    """Exit 2 when the Prefect API URL has no http(s) scheme or no host: "not a url" was reported as a server that
+    did not answer (docs/RELIABILITY.md, "The CLI's errors")."""
+    parts = urlsplit(api)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        fail(
+            f"--prefect-api {api!r} is not a URL (the option, else PREFECT_API_URL or the Prefect profile): expected "
+            "http(s)://host[:port]/api, e.g. http://127.0.0.1:4200/api"
+        )
+
+
 @app.command("status")
 def status_cmd(
     db: DbOption = None, json: JsonOption = False, agent_id: AgentOption = None, prefect_api: PrefectApiOption = None
@@ -114,10 +126,12 @@ def status_cmd(
     from skillflow.operations.status import collect_status
     from tasks.fanout import FleetSettings
 
-    engine = engine_for(db)
     # The option or $PREFECT_API_URL, else the Prefect profile's (`prefect config set`, as review reads it); an
     # explicit `--prefect-api ""` asks no server.
     api = PREFECT_API_URL.value() if prefect_api is None else (prefect_api or None)
+    if api:
+        _require_http_url(str(api))
+    engine = engine_for(db)
     status = collect_status(engine, load_promotion_config(), agent_id, api, FleetSettings().concurrency_limit)
     if json:
         print_json(status)
