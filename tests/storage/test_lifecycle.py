@@ -197,6 +197,34 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
     assert _events(sqlite_engine, skill.id)[-1]["actor"].startswith("cli")
 
 
+def test_a_repeated_activate_or_demote_says_already(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new-user audit (2026-12-06): `skillflow activate` / `demote` of a skill already in that status printed
+    "activated …" / "demoted …" again (exit 0, no second event). It says "already active" / "already demoted"."""
+    from typer.testing import CliRunner
+
+    from skillflow.cli import app
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    db = str(sqlite_engine.url)
+    _runs, skill = _shadow(sqlite_engine)
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str]:
+        res = runner.invoke(app, [*args, "--db", db])
+        return res.exit_code, " ".join(res.stdout.split())
+
+    code, out = run("activate", skill.id)
+    assert code == 0 and out.startswith("activated ") and "already" not in out, out
+    events = len(_events(sqlite_engine, skill.id))
+    code, out = run("activate", skill.id)
+    assert code == 0 and out.startswith("already active: ") and skill.id in out, out
+    code, out = run("demote", skill.id, "--reason", "tool output changed")
+    assert code == 0 and out.startswith("demoted ") and "already" not in out, out
+    code, out = run("demote", skill.id, "--reason", "again")
+    assert code == 0 and out.startswith("already demoted: ") and skill.id in out, out
+    assert len(_events(sqlite_engine, skill.id)) == events + 1  # the first demotion's only
+
+
 def test_requalification_after_drift_demotion(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """active → failing runs → drift demotion → stamps released → new successes → cycle → v2 with the reason."""
     from skillflow.lifecycle.drift import run_drift

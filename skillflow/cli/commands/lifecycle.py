@@ -73,12 +73,20 @@ def resolve_id(engine: Engine, skill_id: str) -> str:
     return str(full)
 
 
-def _done(skill: SkillRecord, json: bool, verb: str) -> None:
+def _status(engine: Engine, skill_id: str) -> str:
+    with engine.connect() as conn:
+        return str(conn.execute(select(skillbox.c.status).where(skillbox.c.id == skill_id)).scalar_one())
+
+
+def _done(skill: SkillRecord, json: bool, verb: str, before: str | None = None) -> None:
+    """What the decision did; ``before`` the status read before it: the same status said "already", as a repeated
+    command changes nothing (docs/guide/lifecycle.md)."""
     if json:
         print_json({"skill_id": skill.id, "status": skill.status, "injection_role": skill.injection_role})
         return
+    head = f"already {safe(skill.status)}:" if before == skill.status else verb
     console.print(
-        f"{verb} [cyan]{safe(skill.name)}[/cyan] v{skill.version} ({safe(skill.id)}): {safe(skill.status)}, "
+        f"{head} [cyan]{safe(skill.name)}[/cyan] v{skill.version} ({safe(skill.id)}): {safe(skill.status)}, "
         f"{safe(skill.injection_role)}"
     )
 
@@ -125,6 +133,7 @@ def activate_cmd(
     chosen: Literal["user", "developer"] | None = (
         None if role is None else ("developer" if role == "developer" else "user")
     )
+    before = _status(engine, full)
     try:
         skill = activate_skill(
             engine, full, chosen, actor=_actor(actor), config=load_promotion_config(), revision=revision
@@ -135,7 +144,7 @@ def activate_cmd(
     except InvalidTransition as exc:
         fail(str(exc), FAILED)
         return
-    _done(skill, json, "activated")
+    _done(skill, json, "activated", before)
     decision = {"decision": f"activate_{skill.injection_role}", "injection_role": skill.injection_role}
     _announce(engine, "skillflow.skill.activated", skill, {**decision, "version": skill.version})
 
@@ -159,12 +168,13 @@ def demote_cmd(
 def _retire(fn: Any, verb: str, skill_id: str, reason: str, actor: str | None, db: str | None, json: bool) -> None:
     engine = engine_for(db)
     full = resolve_id(engine, skill_id)
+    before = _status(engine, full)
     try:
         skill = fn(engine, full, reason, actor=_actor(actor))
     except (InvalidTransition, ValueError) as exc:
         fail(str(exc), FAILED)  # a refused transition, as the error layer maps the project's own refusals
         return
-    _done(skill, json, verb)
+    _done(skill, json, verb, before)
     decision = {"rejected": "reject", "demoted": "demote"}[verb]
     _announce(engine, f"skillflow.skill.{verb}", skill, {"decision": decision, "version": skill.version})
 
