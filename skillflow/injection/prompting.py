@@ -19,7 +19,7 @@ from typing import Any, Literal
 from skillflow.injection.guard import json_safe, safe_text
 from skillflow.injection.retrieval import ScoredSkill
 from skillflow.kernel.models import InjectionRole, SkillStatus
-from skillflow.kernel.textnorm import encodable, squeeze
+from skillflow.kernel.textnorm import encodable, fold, squeeze
 
 Provider = Literal["openai", "anthropic", "ollama", "openai-compatible"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "ollama", "openai-compatible")
@@ -119,7 +119,7 @@ def filter_workflows(workflows: Iterable[Any], skills: Sequence[ScoredSkill]) ->
 
 # "<" and the characters that fold to it or read as it; a frame tag behind one is made inert.
 _OPENERS = re.compile(
-    "[<\uff1c\ufe64\u2039\u02c2\u276e\u27e8\u3008\u2329\u1438]"
+    "[<\uff1c\ufe64\u2039\u02c2\u276e\u27e8\u3008\u2329\u1438\u226e\ufe3f]"
     "(?=[^A-Za-z0-9>]{0,256}[/sScC\u0080-\U0010ffff])"  # cheap filter: "<id>", "<email>" never reach escape()
 )
 # A backslash before or after the "/" (``<\/context>``, as JSON escapes it) is read through, as whitespace is.
@@ -135,11 +135,28 @@ _WINDOW = 256
 _LEAD = 16
 
 
+# A frame tag as the checks read a text (``squeeze``: folded, no whitespace, case folded; backslashes dropped).
+_READ_TAG = re.compile(r"<+/*(?:skill|context)(?![a-z0-9_-])")
+
+
+def _reads_as_tag(text: str) -> bool:
+    return _READ_TAG.search(squeeze(text.replace("&lt;", "#")).replace("\\", "")) is not None
+
+
 def _inert(text: str) -> str:
     """``text`` with every ``<skill``/``<context`` tag, opening or closing, in any case, spacing or
     look-alike spelling (fullwidth, zero-width, private-use or unassigned characters inside, homoglyphs, a
     backslash around the ``/``) turned into ``&lt;…``: content may neither close nor open the frame it is placed
-    in (docs/SECURITY.md, "Frame escapes")."""
+    in (docs/SECURITY.md, "Frame escapes"). The tags are escaped one by one; a text in which a tag can still be
+    read afterwards (a spelling that escape missed: a long gap, a look-alike of ``<`` it does not list, invisible
+    tag characters) has every character that reads as ``<`` escaped."""
+    out = _escape_tags(text)
+    if not _reads_as_tag(out):
+        return out
+    return "".join("&lt;" if ch == "<" or (ch >= "\x80" and "<" in fold(ch)) else ch for ch in out)
+
+
+def _escape_tags(text: str) -> str:
     if text.isascii():
         return _ASCII_FRAME.sub("&lt;", text)
 
@@ -234,18 +251,32 @@ def assemble(
     )
 
 
+def _text_of(content: Any) -> str:
+    """A system or developer message's text for Anthropic's top-level ``system``: a string, or the text of its
+    text blocks (``[{"type": "text", "text": …}]``); nothing for None (a repr reached the model)."""
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        texts = [b if isinstance(b, str) else b.get("text") for b in content if isinstance(b, str | dict)]
+        return "\n\n".join(t for t in texts if isinstance(t, str) and t)
+    return content if isinstance(content, str) else safe_text(content)
+
+
 def to_provider(assembled: Assembled, provider: Provider | str) -> dict[str, Any]:
     """Keyword arguments for the SDK call: ``messages=`` (and ``system=`` for Anthropic)."""
     if provider == "openai":
         return {"messages": assembled.messages()}
     if provider in ("ollama", "openai-compatible"):
-        return {"messages": [{**m, "role": "system"} if m["role"] == "developer" else m for m in assembled.messages()]}
+        return {
+            "messages": [{**m, "role": "system"} if m.get("role") == "developer" else m for m in assembled.messages()]
+        }
     if provider == "anthropic":
         system_parts = [assembled.system]
         messages: list[dict[str, Any]] = []
         for message in copy.deepcopy(list(assembled.history)):
             if message.get("role") in ("system", "developer"):
-                system_parts.append(str(message.get("content", "")))
+                if text := _text_of(message.get("content")):
+                    system_parts.append(text)
             else:
                 messages.append(message)
         if assembled.developer:
