@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
+from skillflow.kernel.messages import sdk_dump
 from skillflow.kernel.textnorm import encodable, id_problem
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
@@ -33,8 +34,9 @@ def safe_text(value: Any) -> str:
 
 
 def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) -> Any:
-    """A strict-JSON copy: NaN/inf → null, bytes → ``<n bytes>``, sets/tuples → lists, keys → text, other
-    objects → their text, cycles → ``<cycle>``, nesting deeper than 50 → ``<nested too deep>``."""
+    """A strict-JSON copy: NaN/inf → null, bytes → ``<n bytes>``, sets/tuples → lists, keys → text, an SDK
+    object → its JSON form (:func:`sdk_dump`), other objects → their text, cycles → ``<cycle>``, nesting deeper
+    than 50 → ``<nested too deep>``."""
     if value is None or isinstance(value, bool | int):
         return value
     if isinstance(value, float):
@@ -55,6 +57,9 @@ def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) 
             return [json_safe(v, _depth + 1, path) for v in list(value)]
         except Exception:  # noqa: BLE001 - a container that fails while being read
             return f"<unreadable {type(value).__name__}>"
+    dumped = sdk_dump(value)
+    if dumped is not None:
+        return json_safe(dumped, _depth + 1, _path | {id(value)})
     return safe_text(value)
 
 
@@ -122,12 +127,21 @@ class PrepareArgs:
             problems.append("conversation must be a Conversation")
             conversation = None
         messages: list[dict[str, Any]] = []
+        answers_dropped = False  # the tool results right after a dropped entry answer it: dropped with it
         for i, message in enumerate(_items(history, "history", problems)):
-            safe = json_safe(message) if isinstance(message, Mapping) else None
-            if isinstance(safe, dict):
-                messages.append(safe)
-            else:
+            safe = json_safe(message if isinstance(message, Mapping) else sdk_dump(message))
+            role = safe.get("role") if isinstance(safe, dict) else None
+            if answers_dropped and role == "tool":
+                problems.append(f"history[{i}] answers a dropped entry; dropped")
+            elif not isinstance(safe, dict):
                 problems.append(f"history[{i}] is not a readable message mapping; dropped")
+            elif not isinstance(role, str) or not role:
+                problems.append(f"history[{i}] has no role; dropped")
+            else:
+                messages.append(safe)
+                answers_dropped = False
+                continue
+            answers_dropped = True
         return cls(
             query=safe_text("" if query is None else query),
             user_id=safe_text(user_id),

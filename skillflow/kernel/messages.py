@@ -27,7 +27,11 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return str.__str__(content)
     if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
-        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        parts = [
+            p.get("text")
+            for p in (q if isinstance(q, Mapping) else sdk_dump(q) for q in content)
+            if isinstance(p, Mapping)
+        ]
         return "\n".join(str.__str__(p) for p in parts if isinstance(p, str))
     try:
         text = str(content)
@@ -83,6 +87,21 @@ def _foreign(message: Mapping[str, Any], i: int) -> None:
         )
 
 
+def sdk_dump(value: Any) -> Any:
+    """An SDK object's JSON form, as its own SDK sends it (the ``openai``/``anthropic`` clients dump a pydantic
+    model with ``exclude_unset``, ``mode="json"`` and its ``__api_exclude__``): a message or content block appended
+    to the history as the SDKs' documentation does (``completion.choices[0].message``, ``response.content``,
+    ``ollama``'s ``response.message``). None for anything else, or when dumping fails."""
+    try:
+        dump = getattr(value, "model_dump", None)
+        if not callable(dump):
+            return None
+        out = dump(mode="json", exclude_unset=True, exclude=getattr(value, "__api_exclude__", None))
+    except Exception:  # noqa: BLE001 - a caller's object: read as its text instead
+        return None
+    return out if isinstance(out, dict | list) else None
+
+
 def _not_read(i: int, j: int) -> UnreadableMessage:
     return UnreadableMessage(
         f"messages[{i}].content[{j}] is a tool block of a kind not read (tool_use from the assistant, tool_result "
@@ -106,7 +125,9 @@ def _sorted_blocks(
     others: list[Any] = []
     for j, block in enumerate(blocks):
         if not isinstance(block, Mapping):
-            if strict and not isinstance(block, str):
+            block = sdk_dump(block) if not isinstance(block, str) else None
+        if not isinstance(block, Mapping):
+            if strict and not isinstance(blocks[j], str):
                 raise _not_a_block(i, j)
             continue
         kind = block.get("type")
@@ -164,7 +185,10 @@ def openai_form(message: Any, i: int = 0, *, strict: bool = True) -> list[Any]:
     Anthropic's server tools; the legacy ``function_call``; an OpenAI Responses API item). Not strict, such blocks
     are skipped. Anything that is not a mapping is returned as it is, for the caller to refuse or skip."""
     if not isinstance(message, Mapping):
-        return [message]
+        dumped = sdk_dump(message)  # an SDK message object (``completion.choices[0].message``) as its SDK sends it
+        if not isinstance(dumped, dict):
+            return [message]
+        message = dumped
     if strict:
         _foreign(message, i)
     role, content = message.get("role"), message.get("content")

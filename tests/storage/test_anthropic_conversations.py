@@ -75,9 +75,10 @@ def test_an_anthropic_conversation_recorded_turn_by_turn_converges(engine: Engin
     assert [(r.stored, r.already_stored) for r in final] == [(True, True), (True, False)]
 
 
-def test_sdk_objects_appended_as_they_are_are_a_named_refusal_not_an_empty_conversation(engine: Engine) -> None:
-    """Anthropic's SDK answers ``response.content`` as objects; appended as they are, they are not read (dicts
-    are): one result whose error names the position, never ``[]`` (nothing stored, silently)."""
+def test_sdk_objects_appended_as_they_are_are_read_as_their_sdk_sends_them(engine: Engine) -> None:
+    """Anthropic's SDK answers ``response.content`` as objects; appended as they are, they are read as the dicts
+    the SDK sends (an audit of the request assembly, 2026-12-06: they were refused here and sent as reprs by
+    ``prepare``), and store what the dicts store. An object that is no SDK model stays a named refusal."""
     block = anthropic.types.ToolUseBlock(id="toolu_1", name="cancel_reservation", input={"id": "R1"}, type="tool_use")
     result_block = {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"ok": true}'}
     messages: list[dict[str, Any]] = [
@@ -86,12 +87,16 @@ def test_sdk_objects_appended_as_they_are_are_a_named_refusal_not_an_empty_conve
         {"role": "user", "content": [result_block]},
     ]
     sf = Skillflow(agent_id="airline", engine=engine)
-    [refused] = sf.record_conversation(messages, "alice", conversation_id="objects")
+    [stored] = sf.record_conversation(messages, "alice", conversation_id="objects")
+    assert stored.stored and stored.error is None
+    assert [r["tool_sequence"] for r in _rows(engine, "objects")] == ["cancel_reservation"]
+    as_dicts = [*messages[:1], {"role": "assistant", "content": [block.model_dump()]}, *messages[2:]]
+    [again] = sf.record_conversation(as_dicts, "alice", conversation_id="objects")
+    assert again.already_stored  # the same conversation, the same rows
+    messages[1] = {"role": "assistant", "content": [object()]}
+    [refused] = sf.record_conversation(messages, "alice", conversation_id="not-a-model")
     assert not refused.stored and refused.error is not None
     assert refused.error.startswith("messages[1].content[0] must be a mapping")
     with pytest.raises(ValueError, match=r"messages\[1\]\.content\[0\]"):
-        sf.record_conversation(messages, "alice", conversation_id="objects", strict=True)
-    assert _rows(engine, "objects") == []
-    messages[1] = {"role": "assistant", "content": [block.model_dump()]}
-    [stored] = sf.record_conversation(messages, "alice", conversation_id="objects")
-    assert stored.stored and [r["tool_sequence"] for r in _rows(engine, "objects")] == ["cancel_reservation"]
+        sf.record_conversation(messages, "alice", conversation_id="not-a-model", strict=True)
+    assert _rows(engine, "not-a-model") == []
