@@ -137,10 +137,18 @@ _LEAD = 16
 
 # A frame tag as the checks read a text (``squeeze``: folded, no whitespace, case folded; backslashes dropped).
 _READ_TAG = re.compile(r"<+/*(?:skill|context)(?![a-z0-9_-])")
+# Every character the checks read as "<" (``fold``; tests/security/test_hidden_markup.py recomputes the set).
+LT_LIKE = "<\u02c2\u1438\u2039\u226e\u2329\u276e\u27e8\u3008\ufe3f\ufe64\uff1c\U000e003c"
+_LT = re.compile(f"[{LT_LIKE}]")
 
 
 def _reads_as_tag(text: str) -> bool:
-    return _READ_TAG.search(squeeze(text.replace("&lt;", "#")).replace("\\", "")) is not None
+    """Whether a frame tag can be read in ``text`` as the checks read it: folded, whitespace removed, case folded,
+    backslashes dropped (``squeeze``); ``&lt;`` is an escape. A text with no "<" look-alike has none (most)."""
+    if ("<" not in text) if text.isascii() else (_LT.search(text) is None):
+        return False
+    read = "".join(fold(text.replace("&lt;", "#")).split()).casefold().replace("\\", "")
+    return _READ_TAG.search(read) is not None
 
 
 def _inert(text: str) -> str:
@@ -153,7 +161,7 @@ def _inert(text: str) -> str:
     out = _escape_tags(text)
     if not _reads_as_tag(out):
         return out
-    return "".join("&lt;" if ch == "<" or (ch >= "\x80" and "<" in fold(ch)) else ch for ch in out)
+    return _LT.sub("&lt;", out)
 
 
 def _escape_tags(text: str) -> str:

@@ -232,6 +232,17 @@ def test_no_spelling_of_a_frame_tag_stays_live(closer: str) -> None:
     assert squeeze(user).count("</context") == 1, ascii(user)
 
 
+def test_every_character_read_as_lt_is_escaped_when_a_tag_is_still_read() -> None:
+    """The frame guard's last resort escapes the characters the checks fold to "<": the whole set."""
+    from skillflow.injection.prompting import LT_LIKE
+    from skillflow.kernel.textnorm import fold
+
+    read_as_lt = {"<"} | {
+        chr(cp) for cp in range(0x80, 0x110000) if not 0xD800 <= cp <= 0xDFFF and "<" in fold(chr(cp))
+    }
+    assert set(LT_LIKE) == read_as_lt
+
+
 def test_the_frame_guard_leaves_placeholders_and_backslashes_alone() -> None:
     for text in ("use <id> and <\\id>", "path a\\/context", "<kontext>", "<contexts>", "&lt;/context&gt;", "<\\b>"):
         assert _inert(text) == text
