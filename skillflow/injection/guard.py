@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
-from skillflow.kernel.messages import sdk_dump
+from skillflow.kernel.messages import message_text, sdk_dump
 from skillflow.kernel.textnorm import encodable, id_problem
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
@@ -146,7 +146,10 @@ class PrepareArgs:
             query=safe_text("" if query is None else query),
             user_id=safe_text(user_id),
             provider=str.__str__(provider) if known else providers[0],
-            system_prompt=None if system_prompt is None else safe_text(system_prompt),
+            # Anthropic's text blocks (``cache_control``) as their text, not a repr: the turn still degrades.
+            system_prompt=None
+            if system_prompt is None
+            else safe_text(message_text(system_prompt) if isinstance(system_prompt, list) else system_prompt),
             conversation=conversation,
             history=messages,
             memories=_items(memories, "memories", problems),

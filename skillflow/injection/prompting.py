@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from skillflow.injection.guard import json_safe, safe_text
 from skillflow.injection.retrieval import ScoredSkill
+from skillflow.kernel.messages import message_text
 from skillflow.kernel.models import InjectionRole, SkillStatus
 from skillflow.kernel.textnorm import encodable, fold, squeeze
 
@@ -259,17 +260,6 @@ def assemble(
     )
 
 
-def _text_of(content: Any) -> str:
-    """A system or developer message's text for Anthropic's top-level ``system``: a string, or the text of its
-    text blocks (``[{"type": "text", "text": …}]``); nothing for None (a repr reached the model)."""
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        texts = [b if isinstance(b, str) else b.get("text") for b in content if isinstance(b, str | dict)]
-        return "\n\n".join(t for t in texts if isinstance(t, str) and t)
-    return content if isinstance(content, str) else safe_text(content)
-
-
 def to_provider(assembled: Assembled, provider: Provider | str) -> dict[str, Any]:
     """Keyword arguments for the SDK call: ``messages=`` (and ``system=`` for Anthropic)."""
     if provider == "openai":
@@ -283,7 +273,7 @@ def to_provider(assembled: Assembled, provider: Provider | str) -> dict[str, Any
         messages: list[dict[str, Any]] = []
         for message in copy.deepcopy(list(assembled.history)):
             if message.get("role") in ("system", "developer"):
-                if text := _text_of(message.get("content")):
+                if text := message_text(message.get("content")):  # its text blocks' text; nothing for None
                     system_parts.append(text)
             else:
                 messages.append(message)

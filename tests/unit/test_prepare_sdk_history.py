@@ -159,3 +159,11 @@ def test_record_conversation_reads_sdk_objects_as_their_dicts(engine: Engine, tm
         rows = conn.execute(select(wm.c.query, wm.c.steps).where(wm.c.agent_id == "sdk").order_by(wm.c.id)).all()
     assert len(rows) == 2 and rows[0] == rows[1]
     assert rows[0].query == "cancel reservation ABC"
+
+
+def test_a_system_prompt_of_text_blocks_degrades_to_its_text_not_a_repr(sf: Any) -> None:
+    blocks = [{"type": "text", "text": "You are a support agent.", "cache_control": {"type": "ephemeral"}}]
+    prepared = sf.prepare(QUERY, "u", system_prompt=blocks, provider="anthropic")
+    assert prepared.error is not None and "system_prompt must be a string" in prepared.error
+    system = prepared.request["system"]
+    assert system.startswith("You are a support agent.") and "{'type'" not in system
