@@ -29,7 +29,7 @@ from skillflow.injection.conversation import LAST, Conversation, view_text
 from skillflow.injection.embeddings import Embedder
 from skillflow.injection.retrieval import ScoredSkill, search_skills
 from skillflow.injection.rule import READ_ONLY, Rule, decide
-from skillflow.injection.views import vectors
+from skillflow.injection.views import RECENT_TEXTS, vectors
 from skillflow.kernel.config import PromotionConfig
 from skillflow.kernel.models import SkillStatus
 from skillflow.storage.schema import skillbox
@@ -141,7 +141,7 @@ def select_skills(
     text = view_text(messages, LAST, form)
     if not text:
         return Selection([], "uncalibrated", "empty request")
-    vec = embedder.embed([text])[0]
+    vec = RECENT_TEXTS.embed(embedder, [text])[0]  # a turn's later calls reuse it, as the fitted rule's do
     with bound(), engine.connect() as conn:
         found = search_skills(
             conn,

@@ -167,3 +167,29 @@ def test_a_system_prompt_of_text_blocks_degrades_to_its_text_not_a_repr(sf: Any)
     assert prepared.error is not None and "system_prompt must be a string" in prepared.error
     system = prepared.request["system"]
     assert system.startswith("You are a support agent.") and "{'type'" not in system
+
+
+def test_before_the_first_fit_a_later_call_of_the_turn_embeds_nothing(engine: Engine) -> None:
+    """The audit timed a tenant without a fitted rule: each call of a turn embedded the request again (26 ms each);
+    a fitted rule's later calls reuse the turn's vectors, and so does the fixed threshold now."""
+    from skillflow.injection.embeddings import HashingEmbedder
+    from skillflow.injection.views import RECENT_TEXTS
+    from skillflow.kernel.config import PromotionConfig
+    from skillflow.runtime import Skillflow
+
+    class Counting(HashingEmbedder):
+        calls = 0
+
+        def embed(self, texts: list[str]) -> Any:
+            Counting.calls += 1
+            return super().embed(texts)
+
+    add_skill(engine, "a", "u", "h1", SkillStatus.ACTIVE, InjectionRole.USER)
+    sf = Skillflow(agent_id="a", engine=engine, config=PromotionConfig(retrieval_min_similarity=0.5),
+                   embedder=Counting(), continual_learning=True)  # fmt: skip
+    RECENT_TEXTS.clear()
+    first = sf.prepare(QUERY + " today", "u")
+    after_first = Counting.calls
+    again = sf.prepare(QUERY + " today", "u")
+    assert first.skill_ids == again.skill_ids and first.skill_ids
+    assert after_first >= 1 and Counting.calls == after_first
