@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import Engine, delete, func, select, update
 
@@ -162,20 +164,25 @@ def test_refused_review_decision_is_an_outcome(engine: Engine) -> None:
         apply_review_decision(engine, skill.id, "promote_anyway", "erin", config=config())
 
 
-def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json
-
+def _cli(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A shadow skill of ``engine`` and a function that runs a CLI command against its database."""
     from typer.testing import CliRunner
 
     from skillflow.cli import app
 
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    db = str(sqlite_engine.url)
-    _runs, skill = _shadow(sqlite_engine)
+    _runs, skill = _shadow(engine)
     runner = CliRunner()
+    return skill, lambda *args: runner.invoke(app, [*args, "--db", str(engine.url)])
+
+
+def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    skill, invoke = _cli(sqlite_engine, monkeypatch)
 
     def run(*args: str) -> tuple[int, str]:
-        res = runner.invoke(app, [*args, "--db", db])
+        res = invoke(*args)
         return res.exit_code, res.output
 
     code, out = run("readiness", skill.id[:8], "--json")
@@ -200,17 +207,10 @@ def test_cli_commands(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) ->
 def test_a_repeated_activate_or_demote_says_already(sqlite_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new-user audit (2026-12-06): `skillflow activate` / `demote` of a skill already in that status printed
     "activated …" / "demoted …" again (exit 0, no second event). It says "already active" / "already demoted"."""
-    from typer.testing import CliRunner
-
-    from skillflow.cli import app
-
-    monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    db = str(sqlite_engine.url)
-    _runs, skill = _shadow(sqlite_engine)
-    runner = CliRunner()
+    skill, invoke = _cli(sqlite_engine, monkeypatch)
 
     def run(*args: str) -> tuple[int, str]:
-        res = runner.invoke(app, [*args, "--db", db])
+        res = invoke(*args)
         return res.exit_code, " ".join(res.stdout.split())
 
     code, out = run("activate", skill.id)

@@ -204,12 +204,7 @@ class _FakePrefect(BaseHTTPRequestHandler):
         run = {"id": "fr-done", "state": {"type": "COMPLETED", "name": "Completed"},
                "start_time": "2025-01-02T03:00:00+00:00", "end_time": "2025-01-02T03:05:00+00:00",
                "expected_start_time": "2030-01-01T00:00:00+00:00"}  # fmt: skip
-        data = json.dumps([run]).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _send_json(self, [run])
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -237,6 +232,15 @@ def test_status_last_finished_run_and_distill_class_has_its_own_report(engine: E
     assert {f.state for f in down} == {"unknown: the Prefect API did not answer"}
 
 
+def _send_json(handler: BaseHTTPRequestHandler, payload: Any) -> None:
+    data = json.dumps(payload).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class _OpenReviewPrefect(BaseHTTPRequestHandler):
     """A Prefect API whose only run is a suspended ``activation-review``: no finished run of any flow."""
 
@@ -247,12 +251,7 @@ class _OpenReviewPrefect(BaseHTTPRequestHandler):
                      "start_time": "2025-01-02T03:00:00+00:00", "end_time": None,
                      "expected_start_time": "2025-01-02T03:00:00+00:00"}  # fmt: skip
         runs = [suspended] if body["flows"]["name"]["any_"] == ["activation-review"] and "PAUSED" in states else []
-        data = json.dumps(runs).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        _send_json(self, runs)
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -127,9 +127,8 @@ class _Recording(HashingEmbedder):
 
 
 def test_no_embedding_until_the_tenant_has_a_live_skill(engine: Engine) -> None:
-    from tests.support.lifecycle import config, make_skill
-
     from skillflow.injection.views import RECENT_TEXTS
+    from tests.support.lifecycle import config, make_skill
 
     RULES.clear()
     RECENT_TEXTS.clear()  # the process's recent requests' vectors (an earlier test's request is one)
