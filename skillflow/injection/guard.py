@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skillflow.injection.conversation import Conversation
-from skillflow.kernel.messages import message_text, sdk_dump
+from skillflow.kernel.messages import as_mapping, message_text, sdk_dump
 from skillflow.kernel.textnorm import encodable, id_problem
 
 MAX_RETRIEVAL_CHARS = 20_000  # the query prefix skills are selected on (capture stores as much)
@@ -57,6 +57,8 @@ def json_safe(value: Any, _depth: int = 0, _path: frozenset[int] = frozenset()) 
             return [json_safe(v, _depth + 1, path) for v in list(value)]
         except Exception:  # noqa: BLE001 - a container that fails while being read
             return f"<unreadable {type(value).__name__}>"
+    if id(value) in _path:  # an SDK object whose dump holds it again
+        return "<cycle>"
     dumped = sdk_dump(value)
     if dumped is not None:
         return json_safe(dumped, _depth + 1, _path | {id(value)})
@@ -129,18 +131,19 @@ class PrepareArgs:
         messages: list[dict[str, Any]] = []
         answers_dropped = False  # the tool results right after a dropped entry answer it: dropped with it
         for i, message in enumerate(_items(history, "history", problems)):
-            safe = json_safe(message if isinstance(message, Mapping) else sdk_dump(message))
+            safe = json_safe(as_mapping(message))
             role = safe.get("role") if isinstance(safe, dict) else None
             if answers_dropped and role == "tool":
-                problems.append(f"history[{i}] answers a dropped entry; dropped")
+                problem = "answers a dropped entry"
             elif not isinstance(safe, dict):
-                problems.append(f"history[{i}] is not a readable message mapping; dropped")
+                problem = "is not a readable message mapping"
             elif not isinstance(role, str) or not role:
-                problems.append(f"history[{i}] has no role; dropped")
+                problem = "has no role"
             else:
                 messages.append(safe)
                 answers_dropped = False
                 continue
+            problems.append(f"history[{i}] {problem}; dropped")
             answers_dropped = True
         return cls(
             query=safe_text("" if query is None else query),

@@ -44,6 +44,34 @@ class BadIter:
         return 1
 
 
+class BadDump:
+    """An object that looks like an SDK model and is not one: ``model_dump`` raises."""
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        raise RuntimeError("no dump")
+
+
+class SelfDump:
+    """``model_dump`` returns a dict holding the object again (and again): read to a bounded depth."""
+
+    dumps = 0
+
+    def model_dump(self, **_: Any) -> dict[str, Any]:
+        SelfDump.dumps += 1
+        return {"role": "user", "content": [self, {"nan": math.nan}], "again": SelfDump()}
+
+
+class OddDump:
+    """``model_dump`` is not a method, or returns no dict."""
+
+    model_dump = "not callable"
+
+
+class StrDump:
+    def model_dump(self, **_: Any) -> str:
+        return "just text"
+
+
 class BadEq:
     def __eq__(self, other: object) -> bool:
         raise RuntimeError("no eq")
@@ -83,6 +111,11 @@ HOSTILE: list[tuple[str, Any]] = [
     ("history", [{1: "x", "role": "user"}]),
     ("history", [msg(BadStr())]),
     ("history", [msg(object())]),
+    ("history", [BadDump(), msg("x")]),
+    ("history", [SelfDump()]),
+    ("history", [OddDump(), StrDump()]),
+    ("history", [msg([BadDump(), SelfDump(), StrDump()])]),
+    ("system_prompt", [BadDump(), {"type": "text", "text": "x"}]),
     ("history", [msg("\ud800")]),
     ("history", [msg([math.inf, {"k": {2, 3}}])]),
     ("memories", None),
@@ -148,6 +181,16 @@ def test_a_hostile_argument_never_raises(agent: tuple[Skillflow, str], param: st
     _check(prepared)
     if param == "provider" or (param in ("query", "user_id") and not isinstance(value, str)):
         assert prepared.error is not None and param in prepared.error
+
+
+def test_an_sdk_like_object_that_dumps_itself_again_is_read_a_bounded_number_of_times(
+    agent: tuple[Skillflow, str],
+) -> None:
+    """Its dump held it again: each copy was dumped anew, two branches a level down to the depth limit (100 s for
+    one ``prepare``, found reviewing the change that reads SDK objects). A dump that holds the object is a cycle."""
+    SelfDump.dumps = 0
+    _check(agent[0].prepare(QUERY, "u", history=[SelfDump(), {"role": "user", "content": [SelfDump()]}]))
+    assert 0 < SelfDump.dumps <= 200, SelfDump.dumps
 
 
 def test_a_request_that_cannot_be_assembled_with_its_skill_says_no_skill_was_injected(
