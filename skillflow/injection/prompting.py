@@ -20,7 +20,7 @@ from skillflow.injection.guard import json_safe, safe_text
 from skillflow.injection.retrieval import ScoredSkill
 from skillflow.kernel.messages import message_text
 from skillflow.kernel.models import InjectionRole, SkillStatus
-from skillflow.kernel.textnorm import encodable, fold, squeeze
+from skillflow.kernel.textnorm import encodable, squeeze
 
 Provider = Literal["openai", "anthropic", "ollama", "openai-compatible"]
 PROVIDERS: tuple[str, ...] = ("openai", "anthropic", "ollama", "openai-compatible")
@@ -148,8 +148,7 @@ def _reads_as_tag(text: str) -> bool:
     backslashes dropped (``squeeze``); ``&lt;`` is an escape. A text with no "<" look-alike has none (most)."""
     if ("<" not in text) if text.isascii() else (_LT.search(text) is None):
         return False
-    read = "".join(fold(text.replace("&lt;", "#")).split()).casefold().replace("\\", "")
-    return _READ_TAG.search(read) is not None
+    return _READ_TAG.search(squeeze(text.replace("&lt;", "#")).replace("\\", "")) is not None
 
 
 def _inert(text: str) -> str:

@@ -27,11 +27,7 @@ def message_text(content: Any) -> str:
     if isinstance(content, str):
         return str.__str__(content)
     if isinstance(content, Sequence) and not isinstance(content, bytes | bytearray):
-        parts = [
-            p.get("text")
-            for p in (q if isinstance(q, Mapping) else sdk_dump(q) for q in content)
-            if isinstance(p, Mapping)
-        ]
+        parts = [p.get("text") for p in map(as_mapping, content) if p is not None]
         return "\n".join(str.__str__(p) for p in parts if isinstance(p, str))
     try:
         text = str(content)
@@ -102,6 +98,14 @@ def sdk_dump(value: Any) -> Any:
     return out if isinstance(out, dict | list) else None
 
 
+def as_mapping(value: Any) -> Mapping[str, Any] | None:
+    """A message or content block as a mapping: itself, an SDK object's dict (:func:`sdk_dump`), else None."""
+    if isinstance(value, Mapping):
+        return value
+    dumped = sdk_dump(value)
+    return dumped if isinstance(dumped, dict) else None
+
+
 def _not_read(i: int, j: int) -> UnreadableMessage:
     return UnreadableMessage(
         f"messages[{i}].content[{j}] is a tool block of a kind not read (tool_use from the assistant, tool_result "
@@ -124,19 +128,20 @@ def _sorted_blocks(
     found: list[tuple[int, Mapping[str, Any]]] = []
     others: list[Any] = []
     for j, block in enumerate(blocks):
-        if not isinstance(block, Mapping):
-            block = sdk_dump(block) if not isinstance(block, str) else None
-        if not isinstance(block, Mapping):
-            if strict and not isinstance(blocks[j], str):
+        if isinstance(block, str):
+            continue
+        read = as_mapping(block)
+        if read is None:
+            if strict:
                 raise _not_a_block(i, j)
             continue
-        kind = block.get("type")
+        kind = read.get("type")
         if kind == wanted:
-            found.append((j, block))
+            found.append((j, read))
         elif strict and _tool_like(kind):
             raise _not_read(i, j)
         else:
-            others.append(block)
+            others.append(read)
     return found, others
 
 
@@ -184,11 +189,10 @@ def openai_form(message: Any, i: int = 0, *, strict: bool = True) -> list[Any]:
     block that is not a mapping, such as an SDK object appended as is; a tool block of another kind, such as
     Anthropic's server tools; the legacy ``function_call``; an OpenAI Responses API item). Not strict, such blocks
     are skipped. Anything that is not a mapping is returned as it is, for the caller to refuse or skip."""
-    if not isinstance(message, Mapping):
-        dumped = sdk_dump(message)  # an SDK message object (``completion.choices[0].message``) as its SDK sends it
-        if not isinstance(dumped, dict):
-            return [message]
-        message = dumped
+    read = as_mapping(message)  # an SDK message object (``completion.choices[0].message``) as its SDK sends it
+    if read is None:
+        return [message]
+    message = read
     if strict:
         _foreign(message, i)
     role, content = message.get("role"), message.get("content")
